@@ -1,0 +1,56 @@
+# The two commands of a newcomer: `make dev` and `make test` (see README.md).
+# Both create or reuse .venv and install what they need before running.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+PIP_INSTALL := $(BIN)/pip install --disable-pip-version-check --quiet
+EDITABLE := --config-settings editable_mode=strict
+
+.PHONY: dev test check pytest bench clean kcat
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(PIP_INSTALL) --upgrade pip
+
+# A stamp per extra: reinstall when pyproject.toml changes.
+# Strict editable installs link each file: new modules need a reinstall, so
+# the stamps also depend on the package folders (their mtimes change when a
+# file is added or removed).
+PACKAGE_DIRS := $(shell find shoal broker -type d -not -name __pycache__)
+
+$(VENV)/.installed-dev: pyproject.toml $(PACKAGE_DIRS) | $(BIN)/python
+	$(PIP_INSTALL) -e '.[dev]' $(EDITABLE)
+	touch $@
+
+$(VENV)/.installed-test: pyproject.toml $(PACKAGE_DIRS) | $(BIN)/python
+	$(PIP_INSTALL) -e '.[dev,test]' $(EDITABLE)
+	touch $@ $(VENV)/.installed-dev
+
+dev: $(VENV)/.installed-dev
+	$(BIN)/shoal dev
+
+# kcat is a Debian package, not a Python one; the tests drive it for real.
+kcat:
+	@command -v kcat >/dev/null || { \
+	  echo "installing kcat (Debian package)"; \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq kcat; \
+	  else sudo apt-get update -qq && sudo apt-get install -y -qq kcat; fi; }
+
+# mypy reads the editable install's link tree, where broker/ is shoal/broker.
+check: $(VENV)/.installed-test
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy $(wildcard build/__editable__.shoal-*/shoal)
+	cd build && ../$(BIN)/lint-imports --config ../.importlinter
+
+pytest: $(VENV)/.installed-test kcat
+	$(BIN)/pytest -q $(PYTEST_ARGS)
+
+test: check pytest
+
+bench: $(VENV)/.installed-test
+	$(BIN)/python -m benchmarks.produce_consume
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
