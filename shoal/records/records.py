@@ -1,0 +1,205 @@
+"""Records inside a v2 batch: decode them, and build batches of our own.
+
+Each record, after the batch header (and after decompression when the batch
+names a codec), is::
+
+    length          varint   bytes after this field
+    attributes      int8     unused, 0
+    timestampDelta  varlong  from the batch's baseTimestamp
+    offsetDelta     varint   from the batch's baseOffset
+    keyLength       varint   -1 for a null key
+    key             bytes
+    valueLength     varint   -1 for a null value (a tombstone)
+    value           bytes
+    headerCount     varint
+    headers         [keyLength varint, key, valueLength varint, value]
+
+Varints are zigzag-encoded as in protobuf. kio leaves batches opaque and its
+record reader drops sub-second precision, so these few loops are ours. Only
+paths that need single records use them (a timestamp search, the broker's own
+internal topics, tests); produce and fetch never do.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+
+from shoal.records.batch import (
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    MAGIC,
+    NO_PRODUCER_ID,
+    Compression,
+    InvalidBatchError,
+    TimestampType,
+    compute_crc,
+    validate_batch,
+)
+from shoal.records.compression import compress, decompress
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+_UINT32 = struct.Struct(">I")
+
+Header = tuple[str, bytes | None]
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[Header, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class NewRecord:
+    """A record to put in a batch; offsets and timestamps are relative to the batch."""
+
+    key: bytes | None
+    value: bytes | None
+    headers: Sequence[Header] = ()
+    timestamp: int | None = None
+    """Milliseconds since the epoch; None means now."""
+
+
+@dataclass(frozen=True, slots=True)
+class BatchOptions:
+    compression: Compression = Compression.NONE
+    producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = -1
+    base_sequence: int = -1
+    transactional: bool = False
+    control: bool = False
+    partition_leader_epoch: int = -1
+
+
+def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
+    shift = 0
+    raw = 0
+    while True:
+        if pos >= len(buf):
+            raise InvalidBatchError("varint runs past the end of the record")
+        byte = buf[pos]
+        pos += 1
+        raw |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return (raw >> 1) ^ -(raw & 1), pos
+        shift += 7
+        if shift > 63:
+            raise InvalidBatchError("varint longer than 10 bytes")
+
+
+def _read_bytes(buf: bytes, pos: int) -> tuple[bytes | None, int]:
+    length, pos = _read_varint(buf, pos)
+    if length < 0:
+        return None, pos
+    end = pos + length
+    if end > len(buf):
+        raise InvalidBatchError("record field runs past the end of the record")
+    return buf[pos:end], end
+
+
+def _write_varint(out: bytearray, value: int) -> None:
+    raw = (value << 1) ^ (value >> 63)
+    while raw & ~0x7F:
+        out.append((raw & 0x7F) | 0x80)
+        raw >>= 7
+    out.append(raw)
+
+
+def _write_bytes(out: bytearray, data: bytes | None) -> None:
+    if data is None:
+        _write_varint(out, -1)
+    else:
+        _write_varint(out, len(data))
+        out += data
+
+
+def iter_records(batch: bytes | bytearray | memoryview) -> Iterator[Record]:
+    """Decode the records of one whole batch (validated, decompressed as needed)."""
+    header = validate_batch(batch)
+    payload = decompress(header.compression, memoryview(batch)[HEADER_SIZE : header.size])
+    log_append = header.timestamp_type is TimestampType.LOG_APPEND_TIME
+    pos = 0
+    for _ in range(header.records_count):
+        length, pos = _read_varint(payload, pos)
+        end = pos + length
+        if length < 0 or end > len(payload):
+            raise InvalidBatchError("record length runs past the batch")
+        pos += 1  # attributes
+        timestamp_delta, pos = _read_varint(payload, pos)
+        offset_delta, pos = _read_varint(payload, pos)
+        key, pos = _read_bytes(payload, pos)
+        value, pos = _read_bytes(payload, pos)
+        header_count, pos = _read_varint(payload, pos)
+        headers: list[Header] = []
+        for _ in range(header_count):
+            name, pos = _read_bytes(payload, pos)
+            header_value, pos = _read_bytes(payload, pos)
+            if name is None:
+                raise InvalidBatchError("record header with a null key")
+            headers.append((name.decode("utf-8", errors="replace"), header_value))
+        if pos != end:
+            raise InvalidBatchError("record length disagrees with its fields")
+        timestamp = header.max_timestamp if log_append else header.base_timestamp + timestamp_delta
+        yield Record(header.base_offset + offset_delta, timestamp, key, value, tuple(headers))
+
+
+def build_batch(
+    records: Iterable[NewRecord],
+    base_offset: int = 0,
+    options: BatchOptions | None = None,
+) -> bytes:
+    """Encode records as one v2 batch with a valid CRC."""
+    opts = options or BatchOptions()
+    now = int(time.time() * 1000)
+    items = list(records)
+    if not items:
+        raise ValueError("a batch holds at least one record")
+    timestamps = [now if r.timestamp is None else r.timestamp for r in items]
+    base_timestamp = min(timestamps)
+    body = bytearray()
+    for offset_delta, (record, timestamp) in enumerate(zip(items, timestamps, strict=True)):
+        inner = bytearray(b"\x00")
+        _write_varint(inner, timestamp - base_timestamp)
+        _write_varint(inner, offset_delta)
+        _write_bytes(inner, record.key)
+        _write_bytes(inner, record.value)
+        _write_varint(inner, len(record.headers))
+        for name, header_value in record.headers:
+            _write_bytes(inner, name.encode())
+            _write_bytes(inner, header_value)
+        _write_varint(body, len(inner))
+        body += inner
+    payload = compress(opts.compression, bytes(body))
+    attributes = int(opts.compression)
+    if opts.transactional:
+        attributes |= 0x10
+    if opts.control:
+        attributes |= 0x20
+    size = HEADER_SIZE + len(payload)
+    out = bytearray(size)
+    _HEADER.pack_into(
+        out,
+        0,
+        base_offset,
+        size - LOG_OVERHEAD,
+        opts.partition_leader_epoch,
+        MAGIC,
+        0,
+        attributes,
+        len(items) - 1,
+        base_timestamp,
+        max(timestamps),
+        opts.producer_id,
+        opts.producer_epoch,
+        opts.base_sequence,
+        len(items),
+    )
+    out[HEADER_SIZE:] = payload
+    _UINT32.pack_into(out, 17, compute_crc(out, 0, size))
+    return bytes(out)
