@@ -1,0 +1,41 @@
+"""The Kafka wire protocol: frames, request headers, and kio's message schemas.
+
+Nothing outside this package imports kio; see :mod:`shoal.wire.codec`.
+"""
+
+from kio.schema.errors import ErrorCode
+
+from shoal.wire.codec import (
+    ApiSchema,
+    MalformedRequestError,
+    RequestHeader,
+    UnknownApiKeyError,
+    UnsupportedVersionError,
+    WireError,
+    decode_request,
+    encode_response,
+    known_api_keys,
+    schema,
+)
+from shoal.wire.framing import FrameReader, FrameSizeError
+from shoal.wire.splice import Chunk, FileRegion, RecordsSplicer, chunk_size
+
+__all__ = [
+    "ApiSchema",
+    "Chunk",
+    "ErrorCode",
+    "FileRegion",
+    "FrameReader",
+    "FrameSizeError",
+    "MalformedRequestError",
+    "RecordsSplicer",
+    "RequestHeader",
+    "UnknownApiKeyError",
+    "UnsupportedVersionError",
+    "WireError",
+    "chunk_size",
+    "decode_request",
+    "encode_response",
+    "known_api_keys",
+    "schema",
+]

@@ -1,0 +1,214 @@
+"""Kafka request and response messages, through kio.
+
+kio generates one frozen dataclass per API, version and nested struct from
+Kafka's own JSON schemas, and decodes them natively. This module is the only
+place that knows kio: it picks the class for an (api key, version), decodes
+a request frame into it, and encodes a response of the same version.
+
+Handlers are written once for every version they serve. They read request
+fields that every supported version has, and build responses with
+:meth:`ApiSchema.make`, which drops the fields a version does not carry
+(``topic_id`` before Metadata v10, say). A field a version requires and the
+handler forgot fails loudly at construction, which the tests catch for every
+version a client negotiates.
+
+Framing (the int32 size prefix) is not here: see :mod:`shoal.wire.framing`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import struct
+from dataclasses import dataclass
+from functools import cache
+from types import ModuleType
+from typing import Any, Final
+
+from kio.index import KioIndexError, load_payload_module
+from kio.serial import entity_reader, entity_writer
+from kio.serial.errors import SerialError
+from kio.static.constants import EntityType
+
+from shoal.wire.splice import Chunk, RecordsSplicer, chunk_size
+
+_REQUEST_PREFIX = struct.Struct(">hhi")
+_INT32 = struct.Struct(">i")
+_TAGGED_FIELDS_NONE: Final = b"\x00"
+API_VERSIONS_KEY: Final = 18
+
+
+class WireError(Exception):
+    """A request that cannot be decoded; the connection answers by closing."""
+
+
+class MalformedRequestError(WireError):
+    pass
+
+
+class UnknownApiKeyError(WireError):
+    pass
+
+
+class UnsupportedVersionError(WireError):
+    def __init__(self, header: RequestHeader, message: str) -> None:
+        super().__init__(message)
+        self.header = header
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHeader:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+
+
+class ApiSchema:
+    """The request and response classes of one API version, and a builder for them."""
+
+    def __init__(self, api_key: int, version: int) -> None:
+        self.api_key = api_key
+        self.version = version
+        self._request_module = load_payload_module(api_key, version, EntityType.request)
+        self._response_module = load_payload_module(api_key, version, EntityType.response)
+        self.request_class: type[Any] = _payload_class(self._request_module, EntityType.request)
+        self.response_class: type[Any] = _payload_class(self._response_module, EntityType.response)
+        self.flexible: bool = self.request_class.__flexible__
+        self._read_request = entity_reader(self.request_class)
+        self._write_response = entity_writer(self.response_class)
+        self._request_header_reader = entity_reader(self.request_class.__header_schema__)
+
+    def has_class(self, class_name: str) -> bool:
+        """Whether this version's response has the struct (some arrive in later versions)."""
+        return isinstance(getattr(self._response_module, class_name, None), type)
+
+    def make(self, class_name: str, /, **values: Any) -> Any:
+        """Build a response entity of this version, keeping only the fields it has.
+
+        ``class_name`` is kio's name for the struct (``MetadataResponseTopic``);
+        the response itself is its ``response_class`` name.
+        """
+        cls = getattr(self._response_module, class_name)
+        names = _field_names(cls)
+        return cls(**{k: v for k, v in values.items() if k in names})
+
+    def response(self, **values: Any) -> Any:
+        return self.make(self.response_class.__name__, **values)
+
+    def decode_body(self, frame: memoryview, offset: int) -> Any:
+        body, _ = self._read_request(frame, offset)
+        return body
+
+    def encode_body(self, body: Any) -> bytes:
+        out = io.BytesIO()
+        self._write_response(out, body)
+        return out.getvalue()
+
+    def read_request_header(self, frame: memoryview) -> tuple[Any, int]:
+        header, size = self._request_header_reader(frame, 0)
+        return header, size
+
+
+def _payload_class(module: ModuleType, entity_type: EntityType) -> type[Any]:
+    for value in vars(module).values():
+        if (
+            isinstance(value, type)
+            and getattr(value, "__type__", None) is entity_type
+            and value.__module__ == module.__name__
+        ):
+            return value
+    raise LookupError(f"no {entity_type.name} class in {module.__name__}")
+
+
+@cache
+def _field_names(cls: type[Any]) -> frozenset[str]:
+    return frozenset(f.name for f in dataclasses.fields(cls))
+
+
+@cache
+def schema(api_key: int, version: int) -> ApiSchema:
+    """The schema of an API version; raises LookupError if kio does not know it."""
+    try:
+        return ApiSchema(api_key, version)
+    except KioIndexError as exc:
+        raise LookupError(str(exc)) from exc
+
+
+def known_api_keys() -> frozenset[int]:
+    from kio.schema.index import api_key_map  # noqa: PLC0415
+
+    return frozenset(api_key_map)
+
+
+def peek_header(frame: bytes | bytearray | memoryview) -> RequestHeader:
+    """The api key, version and correlation id: the first 8 bytes of every request."""
+    if len(frame) < _REQUEST_PREFIX.size:
+        raise MalformedRequestError(f"request of {len(frame)} bytes has no header")
+    api_key, version, correlation_id = _REQUEST_PREFIX.unpack_from(frame)
+    return RequestHeader(api_key, version, correlation_id, None)
+
+
+def decode_request(
+    frame: bytes | bytearray | memoryview, supported: dict[int, tuple[int, int]]
+) -> tuple[RequestHeader, ApiSchema, Any]:
+    """Decode one request frame (without its size prefix).
+
+    ``supported`` maps each API key we serve to its (min, max) versions. A
+    request outside it raises UnknownApiKeyError or UnsupportedVersionError
+    (ApiVersions answers the latter with an error response; any other API
+    closes the connection, as Kafka does). Bytes that do not parse raise
+    MalformedRequestError.
+    """
+    view = memoryview(frame)
+    prefix = peek_header(view)
+    versions = supported.get(prefix.api_key)
+    if versions is None:
+        raise UnknownApiKeyError(f"unknown or unsupported API key {prefix.api_key}")
+    low, high = versions
+    if not low <= prefix.api_version <= high:
+        raise UnsupportedVersionError(
+            prefix,
+            f"API key {prefix.api_key} version {prefix.api_version} is outside {low}-{high}",
+        )
+    api = schema(prefix.api_key, prefix.api_version)
+    try:
+        kio_header, header_size = api.read_request_header(view)
+        body = api.decode_body(view, header_size)
+    except (SerialError, ValueError, OverflowError, IndexError, struct.error) as exc:
+        raise MalformedRequestError(
+            f"API key {prefix.api_key} v{prefix.api_version} does not decode: {exc!r}"
+        ) from exc
+    header = RequestHeader(
+        prefix.api_key, prefix.api_version, prefix.correlation_id, kio_header.client_id
+    )
+    return header, api, body
+
+
+def response_header(header: RequestHeader, api: ApiSchema) -> bytes:
+    """Response header v0 (correlation id) or v1 (plus empty tagged fields).
+
+    ApiVersions always answers with v0, so that a client can read the answer
+    whatever version it asked for. Written by hand: five bytes, no schema.
+    """
+    correlation = _INT32.pack(header.correlation_id)
+    if api.flexible and header.api_key != API_VERSIONS_KEY:
+        return correlation + _TAGGED_FIELDS_NONE
+    return correlation
+
+
+def encode_response(
+    header: RequestHeader, api: ApiSchema, body: Any, splicer: RecordsSplicer | None = None
+) -> list[Chunk]:
+    """The whole response frame: size prefix, header, body (with records spliced in).
+
+    ``body`` is a response entity, or bytes a caller encoded (and cached) already.
+    """
+    head = response_header(header, api)
+    encoded = body if isinstance(body, bytes) else api.encode_body(body)
+    if splicer is None:
+        return [_INT32.pack(len(head) + len(encoded)) + head + encoded]
+    chunks = splicer.splice(encoded, api.flexible)
+    size = len(head) + sum(chunk_size(c) for c in chunks)
+    chunks[0] = _INT32.pack(size) + head + chunks[0]  # type: ignore[operator]
+    return chunks
