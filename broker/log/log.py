@@ -1,0 +1,465 @@
+"""One partition's log: its segments, offsets, appends, reads and retention.
+
+The log is a library: no sockets, no event loop, an injected clock. It
+validates what it is given per batch (framing, CRC-32C, size, timestamps),
+assigns offsets by patching each batch's header, and appends the client's
+bytes otherwise untouched. Reads return file regions for the socket to send.
+
+Offsets, Kafka's vocabulary::
+
+    log start offset   first offset still in the log (moves with retention)
+    recovery point     everything below is fsynced; recovery starts here
+    high watermark     consumers see offsets below it (the partition sets it)
+    log end offset     the next offset to assign
+
+Owned by the event loop thread. :meth:`flush` hands fsyncs to a worker
+thread and touches shared state only before and after.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import struct
+from bisect import bisect_right
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from crc32c import crc32c
+from shoal.broker.log.config import LogConfig
+from shoal.broker.log.epochs import LeaderEpochCache
+from shoal.broker.log.recovery import load_segments
+from shoal.broker.log.segment import BatchLocation, LogSegment
+from typing_extensions import Buffer
+
+from shoal.records import (
+    HEADER_SIZE,
+    BatchHeader,
+    InvalidBatchError,
+    TimestampType,
+    iter_batches,
+    iter_records,
+    parse_header,
+)
+from shoal.records.batch import CRC_START, NO_TIMESTAMP
+
+log = logging.getLogger(__name__)
+
+_INT64 = struct.Struct(">q")
+_INT32 = struct.Struct(">i")
+_INT16 = struct.Struct(">h")
+_UINT32 = struct.Struct(">I")
+_LOG_APPEND_TIME_BIT = 0x08
+
+
+class LogError(Exception):
+    """Base of the errors a log reports to its callers (each maps to a Kafka error code)."""
+
+
+class OffsetOutOfRangeError(LogError):
+    pass
+
+
+class RecordTooLargeError(LogError):
+    pass
+
+
+class InvalidTimestampError(LogError):
+    pass
+
+
+class InvalidRecordError(LogError):
+    pass
+
+
+class CorruptRecordError(LogError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class AppendInfo:
+    first_offset: int
+    last_offset: int
+    log_append_time: int
+    """The timestamp stamped on LogAppendTime topics, -1 otherwise."""
+    record_count: int
+    max_timestamp: int
+
+
+@dataclass(frozen=True, slots=True)
+class FileSlice:
+    """Whole batches of one segment, to send as they are."""
+
+    file: BinaryIO
+    position: int
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class TimestampOffset:
+    timestamp: int
+    offset: int
+    leader_epoch: int
+
+
+class Log:
+    """A partition's segments, in base offset order, the last one active."""
+
+    def __init__(
+        self,
+        directory: Path,
+        config: LogConfig,
+        recovery_point: int,
+        clean_shutdown: bool,
+        clock: Callable[[], int],
+        log_start_offset: int = 0,
+        high_watermark: int = 0,
+    ) -> None:
+        self.directory = directory
+        self.config = config
+        self.clock = clock
+        directory.mkdir(parents=True, exist_ok=True)
+        loaded = load_segments(directory, config, recovery_point, clean_shutdown, clock())
+        self.segments: list[LogSegment] = loaded.segments
+        if not self.segments:
+            self.segments = [LogSegment(directory, log_start_offset, config, clock())]
+        self._bases = [s.base_offset for s in self.segments]
+        self.log_start_offset = max(log_start_offset, self.segments[0].base_offset)
+        self.recovery_point = min(recovery_point, self.log_end_offset)
+        self.high_watermark = min(max(high_watermark, self.log_start_offset), self.log_end_offset)
+        self.epochs = LeaderEpochCache(directory)
+        self.epochs.truncate_from_end(self.log_end_offset)
+        self.unflushed_messages = 0
+        self.last_flush_ms = clock()
+        self._flush_lock = asyncio.Lock()
+
+    def update_config(self, config: LogConfig) -> None:
+        """A topic config change: takes effect for the next append, read and retention check."""
+        self.config = config
+        for segment in self.segments:
+            segment.config = config
+
+    # -- offsets ---------------------------------------------------------------
+
+    @property
+    def active(self) -> LogSegment:
+        return self.segments[-1]
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.active.next_offset
+
+    @property
+    def size(self) -> int:
+        return sum(s.size for s in self.segments)
+
+    def _segment_index(self, offset: int) -> int:
+        return max(0, bisect_right(self._bases, offset) - 1)
+
+    # -- appending -------------------------------------------------------------
+
+    def append_as_leader(self, records: bytes, leader_epoch: int) -> AppendInfo:
+        """Validate the batches in ``records``, give them offsets, and append them.
+
+        Raises CorruptRecordError (bad framing or CRC), InvalidRecordError
+        (not a batch a client may send), RecordTooLargeError or
+        InvalidTimestampError; nothing is appended when any batch fails.
+        """
+        now = self.clock()
+        try:
+            batches = list(iter_batches(records))
+        except InvalidBatchError as exc:
+            if type(exc) is InvalidBatchError:
+                raise InvalidRecordError(str(exc)) from exc
+            raise CorruptRecordError(str(exc)) from exc
+        if not batches:
+            raise InvalidRecordError("no record batch in the request")
+        for _, header in batches:
+            self._check_batch(header, now)
+        view = memoryview(records)
+        buffers: list[Buffer] = []
+        headers: list[BatchHeader] = []
+        offset = self.log_end_offset
+        log_append_time = now if self.config.log_append_time else NO_TIMESTAMP
+        for position, header in batches:
+            patched = bytearray(view[position : position + HEADER_SIZE])
+            _INT64.pack_into(patched, 0, offset)
+            _INT32.pack_into(patched, 12, leader_epoch)
+            body = view[position + HEADER_SIZE : position + header.size]
+            if log_append_time != NO_TIMESTAMP:
+                _INT16.pack_into(patched, 21, header.attributes | _LOG_APPEND_TIME_BIT)
+                _INT64.pack_into(patched, 35, log_append_time)
+                crc = crc32c(body, crc32c(memoryview(patched)[CRC_START:]))
+                _UINT32.pack_into(patched, 17, crc)
+            buffers += (patched, body)
+            headers.append(parse_header(patched))
+            offset += header.last_offset_delta + 1
+        first_offset = self.log_end_offset
+        total = len(view)
+        max_timestamp = max(h.max_timestamp for h in headers)
+        if self.active.should_roll(total, max_timestamp, now):
+            self.roll()
+        self.active.append(buffers, headers)
+        self.epochs.assign(leader_epoch, first_offset)
+        count = offset - first_offset
+        self.unflushed_messages += count
+        return AppendInfo(first_offset, offset - 1, log_append_time, count, max_timestamp)
+
+    def _check_batch(self, header: BatchHeader, now: int) -> None:
+        if header.size > self.config.max_message_bytes:
+            raise RecordTooLargeError(
+                f"batch of {header.size} bytes exceeds max.message.bytes"
+                f" ({self.config.max_message_bytes})"
+            )
+        if header.is_control:
+            raise InvalidRecordError("clients may not append control batches")
+        if header.records_count != header.last_offset_delta + 1 or header.records_count <= 0:
+            raise InvalidRecordError(
+                f"batch claims {header.records_count} records but offsets for"
+                f" {header.last_offset_delta + 1}"
+            )
+        if self.config.log_append_time or header.timestamp_type is TimestampType.LOG_APPEND_TIME:
+            return
+        config = self.config
+        if header.max_timestamp - now > config.message_timestamp_after_max_ms:
+            raise InvalidTimestampError(
+                f"timestamp {header.max_timestamp} is more than"
+                f" message.timestamp.after.max.ms={config.message_timestamp_after_max_ms}"
+                " ahead of the broker's clock"
+            )
+        if now - header.base_timestamp > config.message_timestamp_before_max_ms:
+            raise InvalidTimestampError(
+                f"timestamp {header.base_timestamp} is more than"
+                f" message.timestamp.before.max.ms={config.message_timestamp_before_max_ms}"
+                " behind the broker's clock"
+            )
+
+    def roll(self) -> LogSegment:
+        """Start a new active segment at the log end offset."""
+        base = self.log_end_offset
+        if self.active.size == 0 and self.active.base_offset == base:
+            return self.active
+        self.active.on_roll()
+        segment = LogSegment(self.directory, base, self.config, self.clock())
+        self.segments.append(segment)
+        self._bases.append(base)
+        log.info("event=segment_rolled dir=%s base_offset=%d", self.directory.name, base)
+        return segment
+
+    # -- reading ---------------------------------------------------------------
+
+    def check_offset(self, offset: int) -> None:
+        if not self.log_start_offset <= offset <= self.log_end_offset:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is outside {self.log_start_offset}-{self.log_end_offset}"
+            )
+
+    def read(self, offset: int, max_bytes: int, max_offset: int, min_one: bool) -> FileSlice | None:
+        """Whole batches from the one holding ``offset``, below ``max_offset``.
+
+        At most ``max_bytes``, except that with ``min_one`` the first batch is
+        returned whole even when it is larger (KIP-74), so a consumer always
+        makes progress. Reads stay within one segment, as Kafka's do.
+        """
+        self.check_offset(offset)
+        if offset >= max_offset:
+            return None
+        for i in range(self._segment_index(offset), len(self.segments)):
+            segment = self.segments[i]
+            if segment.base_offset >= max_offset:
+                return None
+            location = segment.find_batch(offset)
+            if location is None:
+                continue
+            if location.header.last_offset >= max_offset:
+                return None
+            end = self._read_end(segment, location, max_bytes, max_offset)
+            if end == location.position:
+                if not min_one:
+                    return None
+                end = location.position + location.header.size
+            return FileSlice(segment.file, location.position, end - location.position)
+        return None
+
+    def _read_end(
+        self, segment: LogSegment, first: BatchLocation, max_bytes: int, max_offset: int
+    ) -> int:
+        """End position of the last whole batch to send, given both limits."""
+        limit = min(first.position + max(max_bytes, 0), segment.size)
+        if max_offset < segment.next_offset:
+            boundary = segment.find_batch(max_offset)
+            if boundary is not None:
+                limit = min(limit, boundary.position)
+        if limit in (segment.size, first.position):
+            return limit
+        start = max(first.position, segment.offset_index.floor_position(limit))
+        end = start
+        for location in segment.scan(start):
+            batch_end = location.position + location.header.size
+            if batch_end > limit:
+                break
+            end = batch_end
+        return end
+
+    # -- offsets by time -------------------------------------------------------
+
+    def offset_for_timestamp(self, timestamp: int) -> TimestampOffset | None:
+        """The first record with a timestamp >= ``timestamp``; None if there is none."""
+        for segment in self.segments:
+            if segment.max_timestamp < timestamp:
+                continue
+            location = segment.find_by_timestamp(timestamp, self.log_start_offset)
+            if location is not None:
+                found = self._record_at_or_after(segment, location, timestamp)
+                if found is not None:
+                    return found
+        return None
+
+    def offset_of_max_timestamp(self) -> TimestampOffset | None:
+        """The record with the largest timestamp (ListOffsets MAX_TIMESTAMP, KIP-734)."""
+        best = max(self.segments, key=lambda s: s.max_timestamp)
+        if best.max_timestamp < 0:
+            return None
+        location = best.find_by_timestamp(best.max_timestamp, self.log_start_offset)
+        if location is None:
+            return None
+        return self._record_at_or_after(best, location, best.max_timestamp)
+
+    def _record_at_or_after(
+        self, segment: LogSegment, location: BatchLocation, timestamp: int
+    ) -> TimestampOffset | None:
+        header = location.header
+        epoch = header.partition_leader_epoch
+        for record in iter_records(segment.read_batch(location)):
+            if record.offset >= self.log_start_offset and record.timestamp >= timestamp:
+                return TimestampOffset(record.timestamp, record.offset, epoch)
+        return None
+
+    # -- retention -------------------------------------------------------------
+
+    def retention_deletable(self, high_watermark: int) -> list[LogSegment]:
+        """Segments that retention.ms or retention.bytes allow deleting, oldest first.
+
+        Only segments wholly below the high watermark qualify, and never an
+        empty active segment, as in Kafka.
+        """
+        if not self.config.deletes:
+            return []
+        now = self.clock()
+        config = self.config
+        deletable: list[LogSegment] = []
+        excess = self.size - config.retention_bytes if config.retention_bytes >= 0 else -1
+        for i, segment in enumerate(self.segments):
+            upper = self.segments[i + 1].base_offset if i + 1 < len(self.segments) else None
+            if upper is None and segment.size == 0:
+                break
+            if (upper if upper is not None else self.log_end_offset) > high_watermark:
+                break
+            too_old = config.retention_ms >= 0 and now - self._largest_timestamp(segment) > (
+                config.retention_ms
+            )
+            too_big = excess >= 0 and excess - segment.size >= 0
+            if not (too_old or too_big):
+                break
+            if too_big:
+                excess -= segment.size
+            deletable.append(segment)
+        return deletable
+
+    def _largest_timestamp(self, segment: LogSegment) -> int:
+        if segment.max_timestamp >= 0:
+            return segment.max_timestamp
+        return int(os.stat(segment.log_path).st_mtime * 1000)
+
+    def delete_segments(self, doomed: list[LogSegment]) -> list[LogSegment]:
+        """Take ``doomed`` (oldest segments) out of the log and rename their files.
+
+        Returns them for the caller to :meth:`LogSegment.destroy` after
+        ``file.delete.delay.ms``, so that fetches already queued can still send
+        from their open files.
+        """
+        if not doomed:
+            return []
+        if doomed[-1] is self.active:
+            self.roll()
+        for segment in doomed:
+            self.segments.remove(segment)
+            segment.mark_deleted()
+        self._bases = [s.base_offset for s in self.segments]
+        self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
+        self.recovery_point = max(self.recovery_point, self.log_start_offset)
+        self.high_watermark = max(self.high_watermark, self.log_start_offset)
+        self.epochs.truncate_from_start(self.log_start_offset)
+        log.info(
+            "event=segments_deleted dir=%s count=%d log_start_offset=%d",
+            self.directory.name,
+            len(doomed),
+            self.log_start_offset,
+        )
+        return doomed
+
+    # -- truncation (replication) ---------------------------------------------
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove everything at and after ``offset`` (a batch boundary)."""
+        if offset >= self.log_end_offset:
+            return
+        while len(self.segments) > 1 and self.active.base_offset >= offset:
+            segment = self.segments.pop()
+            segment.mark_deleted()
+            segment.destroy()
+        self.active.truncate_to(offset)
+        self._bases = [s.base_offset for s in self.segments]
+        self.recovery_point = min(self.recovery_point, self.log_end_offset)
+        self.high_watermark = min(self.high_watermark, self.log_end_offset)
+        self.epochs.truncate_from_end(self.log_end_offset)
+
+    # -- durability ------------------------------------------------------------
+
+    def flush_target(self) -> int | None:
+        """Where a scheduled flush should reach now, or None if nothing is due.
+
+        The whole log when ``flush.messages`` or ``flush.ms`` says so; otherwise
+        the segments rolled since the last flush, as Kafka flushes on roll.
+        """
+        config = self.config
+        if self.unflushed_messages and (
+            self.unflushed_messages >= config.flush_messages
+            or self.clock() - self.last_flush_ms >= config.flush_ms
+        ):
+            return self.log_end_offset
+        if self.recovery_point < self.active.base_offset:
+            return self.active.base_offset
+        return None
+
+    async def flush(self, up_to: int | None = None) -> None:
+        """fsync every segment holding offsets in [recovery point, ``up_to``).
+
+        Without ``up_to``, up to the log end. The recovery point then moves to
+        ``up_to``: a crash recovers from there.
+        """
+        async with self._flush_lock:
+            target = self.log_end_offset if up_to is None else up_to
+            if target <= self.recovery_point:
+                return
+            first = self._segment_index(self.recovery_point)
+            last = self._segment_index(max(target - 1, 0))
+            segments = self.segments[first : last + 1]
+            pending = self.unflushed_messages
+            await asyncio.to_thread(_flush_all, segments)
+            self.recovery_point = max(self.recovery_point, target)
+            if target >= self.log_end_offset:
+                self.unflushed_messages = max(0, self.unflushed_messages - pending)
+            self.last_flush_ms = self.clock()
+
+    def close(self) -> None:
+        for segment in self.segments:
+            segment.close()
+
+
+def _flush_all(segments: list[LogSegment]) -> None:
+    for segment in segments:
+        segment.flush()

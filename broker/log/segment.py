@@ -1,0 +1,311 @@
+"""One log segment: ``<base offset>.log`` with its ``.index`` and ``.timeindex``.
+
+The ``.log`` file is the client's record batches back to back, exactly as they
+go on the wire, with the broker's offsets in their headers. Reads find a batch
+through the sparse offset index and a short scan of batch headers; nothing
+reads past a header except recovery, which checks every CRC.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO, Final
+
+from shoal.broker.log.config import INT_MAX, LogConfig
+from shoal.broker.log.index import IndexCorruptError, OffsetIndex, TimeIndex
+from typing_extensions import Buffer
+
+from shoal.records import (
+    HEADER_SIZE,
+    BatchHeader,
+    InvalidBatchError,
+    parse_header,
+    validate_batch,
+)
+
+LOG_SUFFIX: Final = ".log"
+INDEX_SUFFIX: Final = ".index"
+TIME_INDEX_SUFFIX: Final = ".timeindex"
+DELETED_SUFFIX: Final = ".deleted"
+_SCAN_WINDOW: Final = 16 * 1024
+_IOV_MAX: Final = 1024
+
+
+def segment_name(base_offset: int) -> str:
+    return f"{base_offset:020d}"
+
+
+def base_offset_of(path: Path) -> int:
+    return int(path.name.split(".", 1)[0])
+
+
+@dataclass(frozen=True, slots=True)
+class BatchLocation:
+    position: int
+    header: BatchHeader
+
+
+class LogSegment:
+    """A segment of one partition's log.
+
+    Invariants: ``base_offset`` <= every offset in this segment, and every
+    offset here is below the next segment's base offset; the file holds whole
+    batches from position 0 to ``size`` in increasing offset order (after a
+    crash, recovery restores this before anything reads); ``next_offset`` is
+    one past the segment's last offset (``base_offset`` when empty).
+
+    Owned by the event loop thread. Only :meth:`flush` may run in a worker
+    thread, and only once the segment is no longer the active one.
+    """
+
+    def __init__(self, directory: Path, base_offset: int, config: LogConfig, now_ms: int) -> None:
+        self.directory = directory
+        self.base_offset = base_offset
+        self.config = config
+        name = segment_name(base_offset)
+        self.log_path = directory / (name + LOG_SUFFIX)
+        self.indexes_missing = (
+            not (directory / (name + INDEX_SUFFIX)).exists()
+            or not (directory / (name + TIME_INDEX_SUFFIX)).exists()
+        )
+        fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
+        self.file: BinaryIO = open(fd, "r+b", buffering=0)  # noqa: SIM115 - lives as long as the segment
+        self.size = os.fstat(fd).st_size
+        self.offset_index = OffsetIndex.load(
+            directory / (name + INDEX_SUFFIX), base_offset, config.segment_index_bytes
+        )
+        self.time_index = TimeIndex.load(
+            directory / (name + TIME_INDEX_SUFFIX), base_offset, config.segment_index_bytes
+        )
+        self.next_offset = base_offset
+        self.max_timestamp = -1
+        self.offset_of_max_timestamp = base_offset
+        self.created_ms = now_ms
+        self.first_batch_timestamp: int | None = None
+        self._bytes_since_index_entry = 0
+
+    @property
+    def fd(self) -> int:
+        return self.file.fileno()
+
+    # -- loading -------------------------------------------------------------
+
+    def load_clean(self) -> None:
+        """Trust a cleanly closed segment, after checking its indexes and its tail.
+
+        The indexes must point inside the file and the batch headers from the
+        last index entry must tile the file exactly; otherwise IndexCorruptError
+        asks the loader to :meth:`recover` this segment.
+        """
+        if self.indexes_missing:
+            raise IndexCorruptError(f"{self.log_path}: index files are missing")
+        self.offset_index.check_against(self.size)
+        last: BatchLocation | None = None
+        for location in self.scan(self.offset_index.last_position):
+            last = location
+        end = last.position + last.header.size if last else self.offset_index.last_position
+        if end != self.size:
+            raise IndexCorruptError(f"{self.log_path}: batches end at {end}, file at {self.size}")
+        if last is not None:
+            self.next_offset = last.header.next_offset
+        self.time_index.check_against(self.next_offset)
+        entry = self.time_index.last_entry
+        if entry is not None:
+            self.max_timestamp, self.offset_of_max_timestamp = entry
+        if last is not None and last.header.max_timestamp > self.max_timestamp:
+            self.max_timestamp = last.header.max_timestamp
+            self.offset_of_max_timestamp = last.header.last_offset
+        self._bytes_since_index_entry = self.size - self.offset_index.last_position
+
+    def recover(self) -> int:
+        """Re-validate every batch, rebuild both indexes, cut a torn or corrupt tail.
+
+        Returns how many bytes were cut. A batch is kept when it is whole, its
+        CRC matches and its offsets follow the previous batch's; the first
+        batch that fails ends the segment.
+        """
+        self.offset_index.reset()
+        self.time_index.reset()
+        self.next_offset = self.base_offset
+        self.max_timestamp = -1
+        self.offset_of_max_timestamp = self.base_offset
+        self.first_batch_timestamp = None
+        self._bytes_since_index_entry = 0
+        valid_end = 0
+        if self.size:
+            with mmap.mmap(self.fd, self.size, access=mmap.ACCESS_READ) as mapped:
+                while valid_end < self.size:
+                    try:
+                        header = validate_batch(mapped, valid_end)
+                    except InvalidBatchError:
+                        break
+                    if header.base_offset < self.next_offset:
+                        break
+                    self._track(valid_end, header)
+                    valid_end += header.size
+        cut = self.size - valid_end
+        if cut:
+            os.ftruncate(self.fd, valid_end)
+            self.size = valid_end
+        return cut
+
+    # -- appending -----------------------------------------------------------
+
+    def append(self, buffers: Sequence[Buffer], headers: Sequence[BatchHeader]) -> int:
+        """Append whole batches (already given their offsets); returns their position.
+
+        ``buffers`` are written back to back with one ``pwritev``: the log
+        patches a batch's header in a 61-byte copy and writes the client's
+        bytes after it untouched.
+        """
+        position = self.size
+        total = sum(len(memoryview(b)) for b in buffers)
+        try:
+            written = os.pwritev(self.fd, buffers, position) if len(buffers) <= _IOV_MAX else 0
+            if written < total:
+                # A short write, or more buffers than one call takes: finish from one copy.
+                joined = memoryview(b"".join(buffers))
+                while written < total:
+                    written += os.pwrite(self.fd, joined[written:], position + written)
+        except OSError:
+            os.ftruncate(self.fd, position)
+            raise
+        batch_position = position
+        for header in headers:
+            self._track(batch_position, header)
+            batch_position += header.size
+        self.size = position + total
+        return position
+
+    def _track(self, position: int, header: BatchHeader) -> None:
+        """Account for a batch at ``position``: offsets, timestamps, index entries."""
+        if self.first_batch_timestamp is None:
+            self.first_batch_timestamp = header.max_timestamp
+        if header.max_timestamp > self.max_timestamp:
+            self.max_timestamp = header.max_timestamp
+            self.offset_of_max_timestamp = header.last_offset
+        if self._bytes_since_index_entry > self.config.index_interval_bytes:
+            self.offset_index.append(header.last_offset, position)
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+            self._bytes_since_index_entry = 0
+        self._bytes_since_index_entry += header.size
+        self.next_offset = header.next_offset
+
+    def should_roll(self, incoming_bytes: int, incoming_max_timestamp: int, now_ms: int) -> bool:
+        """Kafka's roll rule: size, age (by message time), a full index, or offset overflow."""
+        if self.size == 0:
+            return False
+        if self.size > self.config.segment_bytes - incoming_bytes:
+            return True
+        if self.offset_index.is_full or self.time_index.is_full:
+            return True
+        if self.next_offset - self.base_offset > INT_MAX - 2**20:
+            return True
+        if self.first_batch_timestamp is not None and self.first_batch_timestamp >= 0:
+            waited = incoming_max_timestamp - self.first_batch_timestamp
+        else:
+            waited = now_ms - self.created_ms
+        return waited > self.config.segment_ms - self.config.segment_jitter_ms
+
+    def on_roll(self) -> None:
+        """The segment stops being active: its final time index entry, as Kafka writes it."""
+        if self.max_timestamp >= 0:
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+
+    # -- reading -------------------------------------------------------------
+
+    def scan(self, position: int = 0) -> Iterator[BatchLocation]:
+        """Batch headers from ``position`` to the end, read in windows of the file."""
+        fd = self.fd
+        end = self.size
+        window = b""
+        window_start = position
+        while position + HEADER_SIZE <= end:
+            offset = position - window_start
+            if offset + HEADER_SIZE > len(window):
+                window = os.pread(fd, min(_SCAN_WINDOW, end - position), position)
+                window_start, offset = position, 0
+                if len(window) < HEADER_SIZE:
+                    return
+            header = parse_header(window, offset)
+            if header.size < HEADER_SIZE or position + header.size > end:
+                return
+            yield BatchLocation(position, header)
+            position += header.size
+
+    def find_batch(self, offset: int) -> BatchLocation | None:
+        """The batch holding ``offset``, or the first one after it; None past the end."""
+        _, start = self.offset_index.lookup(offset)
+        for location in self.scan(start):
+            if location.header.last_offset >= offset:
+                return location
+        return None
+
+    def read_batch(self, location: BatchLocation) -> bytes:
+        return os.pread(self.fd, location.header.size, location.position)
+
+    def find_by_timestamp(self, timestamp: int, from_offset: int) -> BatchLocation | None:
+        """The first batch at or after ``from_offset`` whose max timestamp >= ``timestamp``."""
+        start_offset = max(self.time_index.lookup(timestamp), from_offset)
+        _, position = self.offset_index.lookup(start_offset)
+        for location in self.scan(position):
+            header = location.header
+            if header.last_offset >= from_offset and header.max_timestamp >= timestamp:
+                return location
+        return None
+
+    # -- lifecycle -----------------------------------------------------------
+
+    def truncate_to(self, offset: int) -> int:
+        """Drop batches at and after ``offset`` (a batch boundary); returns bytes dropped."""
+        location = self.find_batch(offset)
+        if location is None:
+            return 0
+        dropped = self.size - location.position
+        os.ftruncate(self.fd, location.position)
+        self.size = location.position
+        self.offset_index.truncate_to(offset)
+        self.time_index.truncate_to(offset)
+        self.next_offset = self.base_offset
+        self.max_timestamp = -1
+        self.offset_of_max_timestamp = self.base_offset
+        self.first_batch_timestamp = None
+        self._bytes_since_index_entry = self.size - self.offset_index.last_position
+        for kept in self.scan(0):
+            header = kept.header
+            if self.first_batch_timestamp is None:
+                self.first_batch_timestamp = header.max_timestamp
+            if header.max_timestamp > self.max_timestamp:
+                self.max_timestamp = header.max_timestamp
+                self.offset_of_max_timestamp = header.last_offset
+            self.next_offset = header.next_offset
+        return dropped
+
+    def flush(self) -> None:
+        os.fsync(self.fd)
+        self.offset_index.flush()
+        self.time_index.flush()
+
+    def close(self) -> None:
+        self.offset_index.flush()
+        self.time_index.flush()
+        self.file.close()
+
+    def mark_deleted(self) -> None:
+        """Rename the files to ``*.deleted``; open readers keep working until :meth:`destroy`."""
+        deleted = self.log_path.with_name(self.log_path.name + DELETED_SUFFIX)
+        os.replace(self.log_path, deleted)
+        self.log_path = deleted
+        for index in (self.offset_index, self.time_index):
+            index.rename(index.path.with_name(index.path.name + DELETED_SUFFIX))
+
+    def destroy(self) -> None:
+        """Close and remove the files for good."""
+        self.file.close()
+        self.log_path.unlink(missing_ok=True)
+        self.offset_index.delete()
+        self.time_index.delete()
