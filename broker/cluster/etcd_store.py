@@ -1,0 +1,353 @@
+"""The metadata store on etcd v3, through aetcd.
+
+Key layout under the chroot (``/shoal`` unless the etcd URL names another,
+as ZooKeeper's chroot did for Kafka)::
+
+    <root>/cluster/id                   the cluster id, created once
+    <root>/brokers/<node id>            BrokerRegistration JSON, under a lease
+    <root>/topics/<name>                TopicRecord JSON
+    <root>/partitions/<name>/<index>    PartitionState JSON
+
+A topic and its partition states change together in one transaction; a
+topic update compares the record's mod revision, so concurrent writers
+cannot both win. A broker's registration lives under a lease that it
+renews; if the broker dies, etcd drops the key after the lease's TTL, which
+is how the cluster learns that a broker is gone.
+
+The image stream reads everything once, then follows a watch from the next
+revision. Events of one etcd transaction arrive in one watch response and
+are applied before the next image is built, so no image shows half a topic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+from urllib.parse import urlsplit
+
+import aetcd
+import aetcd.exceptions
+from shoal.broker.cluster.model import (
+    BrokerRegistration,
+    ClusterImage,
+    NodeId,
+    PartitionState,
+    TopicImage,
+    TopicName,
+    TopicRecord,
+    uuid_text,
+)
+from shoal.broker.cluster.store import (
+    ConflictError,
+    StoreError,
+    StoreUnavailableError,
+    TopicExistsError,
+    UnknownTopicError,
+)
+
+log = logging.getLogger(__name__)
+
+DEFAULT_ROOT: Final = "/shoal"
+_RETRY_S: Final = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class EtcdAddress:
+    host: str
+    port: int
+    root: str
+
+    @classmethod
+    def parse(cls, url: str) -> EtcdAddress:
+        """``http://host:port[/chroot]``; only the first of comma-separated endpoints is used."""
+        first = url.split(",", maxsplit=1)[0].strip()
+        if "://" not in first:
+            first = "http://" + first
+        parts = urlsplit(first)
+        if parts.scheme != "http":
+            raise ValueError(f"etcd URL {url!r}: only http:// is supported")
+        if not parts.hostname:
+            raise ValueError(f"etcd URL {url!r} has no host")
+        root = parts.path.rstrip("/") or DEFAULT_ROOT
+        return cls(parts.hostname, parts.port or 2379, root)
+
+
+class EtcdMetadataStore:
+    def __init__(self, url: str, timeout_s: float = 5.0) -> None:
+        self.address = EtcdAddress.parse(url)
+        self._root = self.address.root.encode()
+        self._client = aetcd.Client(
+            host=self.address.host, port=self.address.port, timeout=timeout_s
+        )
+        self._lease: Any = None
+        self._registration: BrokerRegistration | None = None
+        self._keepalive: asyncio.Task[None] | None = None
+        self._closed = asyncio.Event()
+
+    # -- keys ------------------------------------------------------------------
+
+    def _key(self, *parts: str | int) -> bytes:
+        return b"/".join([self._root, *(str(p).encode() for p in parts)])
+
+    def _topic_key(self, name: str) -> bytes:
+        return self._key("topics", name)
+
+    def _partition_key(self, name: str, index: int) -> bytes:
+        return self._key("partitions", name, index)
+
+    # -- connection ------------------------------------------------------------
+
+    async def connect(self) -> None:
+        try:
+            await self._client.connect()
+            await self._client.status()
+        except aetcd.exceptions.ClientError as exc:
+            raise StoreUnavailableError(
+                f"etcd at {self.address.host}:{self.address.port} is unreachable: {exc}"
+            ) from exc
+
+    async def close(self) -> None:
+        self._closed.set()
+        if self._keepalive is not None:
+            self._keepalive.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._keepalive
+        await self._client.close()
+
+    async def _call(self, coro: Any) -> Any:
+        try:
+            return await coro
+        except aetcd.exceptions.ClientError as exc:
+            raise StoreUnavailableError(f"etcd request failed: {exc}") from exc
+
+    # -- cluster id and brokers -----------------------------------------------
+
+    async def ensure_cluster_id(self) -> str:
+        key = self._key("cluster", "id")
+        candidate = uuid_text(uuid.uuid4())
+        t = self._client.transactions
+        ok, responses = await self._call(
+            self._client.transaction(
+                compare=[t.version(key) == 0],
+                success=[t.put(key, candidate.encode())],
+                failure=[t.get(key)],
+            )
+        )
+        if ok:
+            return candidate
+        value, _ = responses[0][0]
+        return bytes(value).decode()
+
+    async def register_broker(self, registration: BrokerRegistration, ttl_s: int) -> int:
+        """Register under a fresh lease, replacing an earlier registration of the same broker.
+
+        The same node id under another broker's live lease is refused: two
+        brokers must never share an id. A broker restarted after a crash
+        carries the same ``node_id`` and data directory, so the old
+        registration is its own and is replaced.
+        """
+        key = self._key("brokers", registration.node_id)
+        existing = await self._call(self._client.get(key))
+        if existing is not None:
+            current = BrokerRegistration.from_json(existing.value)
+            if (current.host, current.port) != (registration.host, registration.port):
+                raise StoreError(
+                    f"node id {registration.node_id} is registered by a live broker at"
+                    f" {current.host}:{current.port}"
+                )
+        self._lease = await self._call(self._client.lease(ttl_s))
+        put = await self._call(self._client.put(key, registration.to_json(), lease=self._lease))
+        self._registration = registration
+        if self._keepalive is None:
+            self._keepalive = asyncio.create_task(self._keep_alive(ttl_s), name="etcd-keepalive")
+        return int(put.header.revision)
+
+    async def _keep_alive(self, ttl_s: int) -> None:
+        interval = max(ttl_s / 3, 0.5)
+        while not self._closed.is_set():
+            await asyncio.sleep(interval)
+            try:
+                reply = await self._lease.refresh()
+                if reply is None or reply.TTL <= 0:
+                    log.warning("event=broker_lease_expired action=reregister")
+                    assert self._registration is not None
+                    self._lease = await self._client.lease(ttl_s)
+                    await self._client.put(
+                        self._key("brokers", self._registration.node_id),
+                        self._registration.to_json(),
+                        lease=self._lease,
+                    )
+            except aetcd.exceptions.ClientError as exc:
+                log.warning("event=broker_lease_refresh_failed error=%s", exc)
+
+    async def deregister_broker(self) -> None:
+        if self._lease is not None:
+            with contextlib.suppress(aetcd.exceptions.ClientError):
+                await self._lease.revoke()
+            self._lease = None
+
+    # -- topics ----------------------------------------------------------------
+
+    async def create_topic(self, record: TopicRecord, states: Sequence[PartitionState]) -> int:
+        t = self._client.transactions
+        key = self._topic_key(record.name)
+        puts = [t.put(key, record.to_json())] + [
+            t.put(self._partition_key(record.name, i), state.to_json())
+            for i, state in enumerate(states)
+        ]
+        ok, responses = await self._call(
+            self._client.transaction(compare=[t.version(key) == 0], success=puts, failure=[])
+        )
+        if not ok:
+            raise TopicExistsError(f"Topic '{record.name}' already exists.")
+        return int(responses[0].response_put.header.revision)
+
+    async def delete_topic(self, name: TopicName) -> int:
+        t = self._client.transactions
+        key = self._topic_key(name)
+        prefix = self._key("partitions", name) + b"/"
+        ok, responses = await self._call(
+            self._client.transaction(
+                compare=[t.version(key) > 0],
+                success=[t.delete(key), t.delete(prefix, range_end=_prefix_end(prefix))],
+                failure=[],
+            )
+        )
+        if not ok:
+            raise UnknownTopicError(f"Topic '{name}' does not exist.")
+        return int(responses[0].response_delete_range.header.revision)
+
+    async def update_topic(
+        self,
+        record: TopicRecord,
+        expected_revision: int,
+        new_partitions: Mapping[int, PartitionState] | None = None,
+    ) -> int:
+        t = self._client.transactions
+        key = self._topic_key(record.name)
+        puts = [t.put(key, record.to_json())] + [
+            t.put(self._partition_key(record.name, i), state.to_json())
+            for i, state in (new_partitions or {}).items()
+        ]
+        ok, responses = await self._call(
+            self._client.transaction(
+                compare=[t.mod(key) == expected_revision], success=puts, failure=[]
+            )
+        )
+        if not ok:
+            raise ConflictError(f"Topic '{record.name}' changed concurrently; retry.")
+        return int(responses[0].response_put.header.revision)
+
+    # -- images ----------------------------------------------------------------
+
+    async def images(self) -> AsyncIterator[ClusterImage]:
+        """Yield the whole image after loading, then after each watched change.
+
+        If etcd goes away the stream waits and reloads; it ends on close().
+        """
+        while not self._closed.is_set():
+            try:
+                async for image in self._follow():
+                    yield image
+            except (aetcd.exceptions.ClientError, StoreUnavailableError) as exc:
+                log.warning("event=metadata_watch_lost error=%s retry_s=%s", exc, _RETRY_S)
+                await asyncio.sleep(_RETRY_S)
+
+    async def _follow(self) -> AsyncIterator[ClusterImage]:
+        root = self._root + b"/"
+        snapshot = await self._client.get_prefix(root)
+        state = _ImageBuilder(self._root)
+        for kv in snapshot:
+            state.put(kv.key, kv.value, kv.mod_revision)
+        revision = snapshot.header.revision
+        yield state.image(revision)
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        watch = await self._client.watch_prefix(root, start_revision=revision + 1)
+
+        async def pump() -> None:
+            try:
+                async for event in watch:
+                    queue.put_nowait(event)
+            except aetcd.exceptions.ClientError as exc:
+                queue.put_nowait(exc)
+            queue.put_nowait(None)
+
+        pumping = asyncio.create_task(pump(), name="etcd-watch")
+        try:
+            while True:
+                events = [await queue.get()]
+                while not queue.empty():
+                    events.append(queue.get_nowait())
+                for event in events:
+                    if event is None:
+                        return
+                    if isinstance(event, Exception):
+                        raise event
+                    if event.kind == aetcd.rtypes.EventKind.PUT:
+                        state.put(event.kv.key, event.kv.value, event.kv.mod_revision)
+                    else:
+                        state.delete(event.kv.key)
+                    revision = max(revision, event.kv.mod_revision)
+                yield state.image(revision)
+        finally:
+            pumping.cancel()
+            with contextlib.suppress(asyncio.CancelledError, aetcd.exceptions.ClientError):
+                await watch.cancel()
+
+
+class _ImageBuilder:
+    """Decoded records by key, from which images are built."""
+
+    def __init__(self, root: bytes) -> None:
+        self._root = root
+        self.cluster_id = ""
+        self.brokers: dict[NodeId, BrokerRegistration] = {}
+        self.topics: dict[TopicName, tuple[TopicRecord, int]] = {}
+        self.partitions: dict[TopicName, dict[int, PartitionState]] = {}
+
+    def _parts(self, key: bytes) -> list[str]:
+        return key[len(self._root) + 1 :].decode().split("/")
+
+    def put(self, key: bytes, value: bytes, mod_revision: int) -> None:
+        parts = self._parts(key)
+        try:
+            match parts:
+                case ["cluster", "id"]:
+                    self.cluster_id = value.decode()
+                case ["brokers", node]:
+                    self.brokers[NodeId(int(node))] = BrokerRegistration.from_json(value)
+                case ["topics", name]:
+                    self.topics[TopicName(name)] = (TopicRecord.from_json(value), mod_revision)
+                case ["partitions", name, index]:
+                    states = self.partitions.setdefault(TopicName(name), {})
+                    states[int(index)] = PartitionState.from_json(value)
+        except (ValueError, KeyError):
+            log.exception("event=metadata_record_unreadable key=%s", key)
+
+    def delete(self, key: bytes) -> None:
+        match self._parts(key):
+            case ["brokers", node]:
+                self.brokers.pop(NodeId(int(node)), None)
+            case ["topics", name]:
+                self.topics.pop(TopicName(name), None)
+            case ["partitions", name, index]:
+                states = self.partitions.get(TopicName(name), {})
+                states.pop(int(index), None)
+                if not states:
+                    self.partitions.pop(TopicName(name), None)
+
+    def image(self, revision: int) -> ClusterImage:
+        topics = {
+            name: TopicImage(record, dict(self.partitions.get(name, {})), mod_revision)
+            for name, (record, mod_revision) in self.topics.items()
+        }
+        return ClusterImage.build(self.cluster_id, revision, dict(self.brokers), topics)
+
+
+def _prefix_end(prefix: bytes) -> bytes:
+    return prefix[:-1] + bytes([prefix[-1] + 1])

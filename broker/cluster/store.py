@@ -1,0 +1,81 @@
+"""The coordination interface: what brokers need from the store that etcd implements.
+
+Kept narrow on purpose. The single-broker cluster of today registers, reads
+and writes topics, and follows changes; the replication issue adds
+controller election and partition-state compare-and-swap on the same store.
+Every write returns the store revision it landed at, so the writer can wait
+until its own image has caught up (:meth:`MetadataCache.wait_for`) before it
+answers a client: a topic created through a broker is then visible in that
+broker's next Metadata response.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Protocol
+
+from shoal.broker.cluster.model import (
+    BrokerRegistration,
+    ClusterImage,
+    PartitionState,
+    TopicName,
+    TopicRecord,
+)
+
+
+class StoreError(Exception):
+    """The store could not do what was asked."""
+
+
+class StoreUnavailableError(StoreError):
+    """The store did not answer (etcd down or unreachable)."""
+
+
+class TopicExistsError(StoreError):
+    pass
+
+
+class UnknownTopicError(StoreError):
+    pass
+
+
+class ConflictError(StoreError):
+    """A compare-and-swap lost: someone else changed the record first."""
+
+
+class MetadataStore(Protocol):
+    async def connect(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def ensure_cluster_id(self) -> str:
+        """The cluster's id, created by the first broker that asks."""
+        ...
+
+    async def register_broker(self, registration: BrokerRegistration, ttl_s: int) -> int:
+        """Announce a live broker; the registration vanishes ``ttl_s`` after we stop renewing."""
+        ...
+
+    async def deregister_broker(self) -> None: ...
+
+    async def create_topic(self, record: TopicRecord, states: Sequence[PartitionState]) -> int:
+        """Create a topic and its partitions' state in one transaction.
+
+        Raises TopicExistsError if the name is taken.
+        """
+        ...
+
+    async def delete_topic(self, name: TopicName) -> int: ...
+
+    async def update_topic(
+        self,
+        record: TopicRecord,
+        expected_revision: int,
+        new_partitions: Mapping[int, PartitionState] | None = None,
+    ) -> int:
+        """Replace a topic record if it is still at ``expected_revision``; ConflictError if not."""
+        ...
+
+    def images(self) -> AsyncIterator[ClusterImage]:
+        """The current image, then a new one after every change, until closed."""
+        ...
