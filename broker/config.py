@@ -1,0 +1,108 @@
+"""The broker's settings: one typed model, read from flags and ``SHOAL_*`` variables.
+
+Every field is documented once, here; ``shoal broker --help`` shows these
+descriptions, and each field also reads ``SHOAL_<FIELD>`` from the
+environment (``SHOAL_NODE_ID``, ``SHOAL_DATA_DIR``, ...). Fields that are
+Kafka broker properties carry Kafka's name in their description and Kafka's
+default.
+"""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+from shoal.broker.log.config import validate_broker_defaults
+
+
+def split_host_port(value: str, default_port: int = 9092) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep:
+        return value, default_port
+    return host.strip("[]") or "0.0.0.0", int(port)  # noqa: S104 - ":9092" means every interface, as in Kafka
+
+
+class BrokerConfig(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="SHOAL_", extra="forbid")
+
+    node_id: int = Field(0, ge=0, description="This broker's id in the cluster (node.id).")
+    data_dir: Path = Field(Path("data"), description="Where partition logs live (log.dirs).")
+    listen: str = Field(
+        "127.0.0.1:9092",
+        description="HOST:PORT of the Kafka listener; ':9092' listens on every interface.",
+    )
+    advertise: str | None = Field(
+        None,
+        description="HOST:PORT clients are told to connect to (advertised.listeners);"
+        " defaults to the listen address, or this host's name when listening on every interface.",
+    )
+    etcd: str = Field(
+        "http://127.0.0.1:2379",
+        description="etcd endpoint, optionally with a chroot path: http://host:2379/shoal.",
+    )
+    rack: str | None = Field(None, description="Rack or zone of this broker (broker.rack).")
+    log_level: str = Field("INFO", description="Logging level.")
+    log_format: str = Field("text", description="Log line format: text (key=value) or json.")
+    socket_request_max_bytes: int = Field(
+        104857600, ge=1024, description="Largest request accepted (socket.request.max.bytes)."
+    )
+    num_partitions: int = Field(
+        1, ge=1, description="Partitions of a topic created without a count (num.partitions)."
+    )
+    default_replication_factor: int = Field(
+        1, ge=1, description="Replicas of a topic created without a factor."
+    )
+    auto_create_topics_enable: bool = Field(
+        False,
+        description="Create unknown topics on Metadata requests that allow it. Off by"
+        " default: topics are declared (CreateTopics, the CLI, or a Topic resource).",
+    )
+    log_retention_check_interval_ms: int = Field(
+        300000, ge=10, description="How often retention runs (log.retention.check.interval.ms)."
+    )
+    log_flush_scheduler_interval_ms: int = Field(
+        1000, ge=10, description="How often flush.ms and rolled segments are checked."
+    )
+    log_flush_offset_checkpoint_interval_ms: int = Field(
+        60000, ge=10, description="How often recovery points are checkpointed."
+    )
+    replica_high_watermark_checkpoint_interval_ms: int = Field(
+        5000, ge=10, description="How often high watermarks are checkpointed."
+    )
+    topic_defaults: dict[str, str] = Field(
+        default_factory=dict,
+        description="Broker-wide defaults of topic configs, by Kafka broker property:"
+        " log.retention.ms=86400000 (repeatable). SHOAL_TOPIC_DEFAULTS takes a JSON object.",
+    )
+    broker_session_timeout_ms: int = Field(
+        9000,
+        ge=2000,
+        description="How long a silent broker stays registered (broker.session.timeout.ms).",
+    )
+
+    @field_validator("topic_defaults")
+    @classmethod
+    def _topic_defaults(cls, value: dict[str, str]) -> dict[str, str]:
+        return validate_broker_defaults(value)
+
+    @field_validator("listen", "advertise")
+    @classmethod
+    def _host_port(cls, value: str | None) -> str | None:
+        if value is not None:
+            split_host_port(value)
+        return value
+
+    @property
+    def listen_address(self) -> tuple[str, int]:
+        return split_host_port(self.listen)
+
+    @property
+    def advertised_address(self) -> tuple[str, int]:
+        if self.advertise:
+            return split_host_port(self.advertise)
+        host, port = self.listen_address
+        if host in ("0.0.0.0", "::", ""):  # noqa: S104
+            host = socket.getfqdn()
+        return host, port

@@ -1,0 +1,187 @@
+"""Fetch (1): records from partition leaders, long-polled, sent straight from the log files.
+
+Semantics, as Kafka's:
+
+* Consumers read below the high watermark; replicas (replica id >= 0) read
+  to the log end.
+* The response waits up to ``max_wait_ms`` for ``min_bytes`` of records, and
+  answers at once when any partition has an error.
+* ``max_bytes`` caps the response and ``partition_max_bytes`` each partition,
+  except that the first partition with data returns its first batch whole
+  even when it is larger (KIP-74), so a consumer never stalls on a big batch.
+* Fetch sessions (KIP-227) are not offered: every answer carries session id
+  0, which tells the client to keep sending full fetch requests.
+
+Records are never copied into Python: each partition's bytes are a region
+of a segment file, spliced into the encoded response (see
+:mod:`shoal.wire.splice`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from shoal.broker.handlers.base import (
+    NO_THROTTLE,
+    BrokerServices,
+    E,
+    RequestContext,
+    Spliced,
+    error,
+)
+from shoal.broker.log.log import FileSlice, OffsetOutOfRangeError
+from shoal.broker.partition import Partition, PartitionError
+
+from shoal.wire import ErrorCode, FileRegion, RecordsSplicer
+
+
+@dataclass(frozen=True, slots=True)
+class _Wanted:
+    name: str | None
+    topic_id: uuid.UUID | None
+    index: int
+    offset: int
+    max_bytes: int
+    current_leader_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Result:
+    wanted: _Wanted
+    code: ErrorCode
+    high_watermark: int = -1
+    log_start_offset: int = -1
+    records: FileSlice | None = None
+
+
+async def handle_fetch(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
+    version = ctx.version
+    replica_id = request.replica_state.replica_id if version >= 15 else request.replica_id
+    if version >= 7 and request.session_id != 0:
+        return ctx.api.response(
+            throttle_time=NO_THROTTLE,
+            error_code=E.fetch_session_id_not_found,
+            session_id=0,
+            responses=(),
+        )
+    wanted = _wanted(services, request)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + request.max_wait.total_seconds()
+    while True:
+        results = _read_all(services, wanted, request.max_bytes, replica_id >= 0)
+        available = sum(r.records.size for r in results if r.records is not None)
+        remaining = deadline - loop.time()
+        done = available >= request.min_bytes or any(r.code is not E.none for r in results)
+        if done or remaining <= 0 or not wanted:
+            break
+        partitions = {
+            p
+            for w in wanted
+            if w.name is not None and (p := services.replicas.get(w.name, w.index)) is not None
+        }
+        await _wait_for_data(partitions, remaining)
+    return _response(ctx, request, results)
+
+
+def _wanted(services: BrokerServices, request: Any) -> list[_Wanted]:
+    image = services.image
+    wanted: list[_Wanted] = []
+    for topic in request.topics:
+        topic_id = getattr(topic, "topic_id", None)
+        name = getattr(topic, "topic", None)
+        if topic_id is not None:
+            name = image.topic_ids.get(topic_id)
+        wanted.extend(
+            _Wanted(
+                name,
+                topic_id,
+                p.partition,
+                p.fetch_offset,
+                p.partition_max_bytes,
+                getattr(p, "current_leader_epoch", -1),
+            )
+            for p in topic.partitions
+        )
+    return wanted
+
+
+def _read_all(
+    services: BrokerServices, wanted: list[_Wanted], max_bytes: int, to_log_end: bool
+) -> list[_Result]:
+    budget = max_bytes
+    first = True
+    results = []
+    for want in wanted:
+        result = _read_one(services, want, min(want.max_bytes, budget), first, to_log_end)
+        if result.records is not None:
+            budget = max(0, budget - result.records.size)
+            first = False
+        results.append(result)
+    return results
+
+
+def _read_one(
+    services: BrokerServices, want: _Wanted, max_bytes: int, min_one: bool, to_log_end: bool
+) -> _Result:
+    if want.name is None:
+        return _Result(want, E.unknown_topic_id)
+    try:
+        partition = services.partition(want.name, want.index)
+        partition.require_leader()
+        partition.check_epoch(want.current_leader_epoch)
+    except PartitionError as exc:
+        return _Result(want, error(exc.code))
+    try:
+        info = partition.read(want.offset, max_bytes, min_one, to_log_end)
+    except OffsetOutOfRangeError:
+        log = partition.log
+        return _Result(want, E.offset_out_of_range, log.high_watermark, log.log_start_offset)
+    return _Result(want, E.none, info.high_watermark, info.log_start_offset, info.records)
+
+
+async def _wait_for_data(partitions: set[Partition], seconds: float) -> None:
+    waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    for partition in partitions:
+        partition.add_waiter(waiter)
+    try:
+        await asyncio.wait([waiter], timeout=seconds)
+    finally:
+        for partition in partitions:
+            partition.remove_waiter(waiter)
+
+
+def _response(ctx: RequestContext, request: Any, results: list[_Result]) -> Spliced:
+    api = ctx.api
+    splicer = RecordsSplicer()
+    read_committed = getattr(request, "isolation_level", 0) == 1
+    by_topic: dict[tuple[str | None, uuid.UUID | None], list[Any]] = {}
+    for result in results:
+        want = result.wanted
+        records: bytes = b""
+        if result.records is not None:
+            s = result.records
+            records = splicer.placeholder([FileRegion(s.file, s.position, s.size)])
+        by_topic.setdefault((want.name, want.topic_id), []).append(
+            api.make(
+                "PartitionData",
+                partition_index=want.index,
+                error_code=result.code,
+                high_watermark=result.high_watermark,
+                last_stable_offset=result.high_watermark,
+                log_start_offset=result.log_start_offset,
+                aborted_transactions=() if read_committed else None,
+                preferred_read_replica=-1,
+                records=records,
+            )
+        )
+    topics = tuple(
+        api.make("FetchableTopicResponse", topic=name, topic_id=topic_id, partitions=tuple(parts))
+        for (name, topic_id), parts in by_topic.items()
+    )
+    body = api.response(
+        throttle_time=NO_THROTTLE, error_code=E.none, session_id=0, responses=topics
+    )
+    return Spliced(body, splicer)

@@ -1,0 +1,127 @@
+"""Produce (0): append the client's batches, as they are, to partition leaders.
+
+Kafka's rules for v3 and later: exactly one magic-2 batch per partition;
+zstd only from v7; acks must be 0, 1 or -1. Errors are per partition. With
+acks=0 the client reads no response, so an error closes the connection
+instead, which is how Kafka tells such a client that something went wrong.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from typing import Any, Final
+
+from shoal.broker.handlers.base import NO_THROTTLE, BrokerServices, E, RequestContext, error
+from shoal.broker.log.log import (
+    CorruptRecordError,
+    InvalidRecordError,
+    InvalidTimestampError,
+    LogError,
+    RecordTooLargeError,
+)
+from shoal.broker.partition import Partition, PartitionError
+from shoal.broker.server.connection import CloseConnectionError
+
+from shoal.records import Compression, InvalidBatchError, parse_header
+from shoal.wire import ErrorCode
+
+log = logging.getLogger(__name__)
+
+ZSTD_MIN_VERSION: Final = 7
+_LOG_ERRORS: Final[dict[type[LogError], ErrorCode]] = {
+    CorruptRecordError: E.corrupt_message,
+    InvalidRecordError: E.invalid_record,
+    RecordTooLargeError: E.message_too_large,
+    InvalidTimestampError: E.invalid_timestamp,
+}
+
+
+class _RefusedError(Exception):
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _check_single_batch(version: int, records: bytes | None) -> None:
+    """ProduceRequest.validateRecords: one magic-2 batch, zstd only from v7."""
+    if not records:
+        raise _RefusedError(E.invalid_record, "no record batch for the partition")
+    try:
+        header = parse_header(records)
+    except InvalidBatchError as exc:
+        raise _RefusedError(E.corrupt_message, str(exc)) from exc
+    if header.magic != 2:
+        raise _RefusedError(E.invalid_record, f"record batch magic {header.magic}; Shoal needs 2")
+    if header.size > len(records):
+        raise _RefusedError(E.corrupt_message, "record batch is cut short")
+    if header.size < len(records):
+        raise _RefusedError(
+            E.invalid_record, "Produce v3+ allows exactly one record batch per partition"
+        )
+    if header.compression is Compression.ZSTD and version < ZSTD_MIN_VERSION:
+        raise _RefusedError(E.unsupported_compression_type, "zstd needs Produce v7 or later")
+
+
+async def handle_produce(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
+    api = ctx.api
+    acks = request.acks
+    appended: list[Partition] = []
+    failed = False
+    topics = []
+    for topic in request.topic_data:
+        results = []
+        for data in topic.partition_data:
+            code, message, base_offset, append_time, start = E.none, None, -1, None, -1
+            try:
+                if acks not in (0, 1, -1):
+                    raise _RefusedError(E.invalid_required_acks, f"acks={acks}; use 0, 1 or -1")
+                partition = services.partition(topic.name, data.index)
+                _check_single_batch(ctx.version, data.records)
+                info = partition.append_as_leader(data.records, acks)
+                appended.append(partition)
+                base_offset = info.first_offset
+                if info.log_append_time >= 0:
+                    append_time = datetime.datetime.fromtimestamp(
+                        info.log_append_time / 1000, datetime.UTC
+                    )
+                start = partition.log.log_start_offset
+            except _RefusedError as exc:
+                code, message = exc.code, str(exc)
+            except LogError as exc:
+                code, message = _LOG_ERRORS.get(type(exc), E.unknown_server_error), str(exc)
+            except PartitionError as exc:
+                code, message = error(exc.code), str(exc)
+            if code is not E.none:
+                failed = True
+                log.info(
+                    "event=produce_refused topic=%s partition=%d error=%s reason=%s",
+                    topic.name,
+                    data.index,
+                    code.name,
+                    message,
+                )
+            results.append(
+                api.make(
+                    "PartitionProduceResponse",
+                    index=data.index,
+                    error_code=code,
+                    base_offset=base_offset,
+                    log_append_time=append_time,
+                    log_start_offset=start,
+                    record_errors=(),
+                    error_message=message,
+                )
+            )
+        topics.append(
+            api.make("TopicProduceResponse", name=topic.name, partition_responses=tuple(results))
+        )
+    # flush.messages asks for an fsync before the acknowledgement, as in Kafka.
+    for partition in dict.fromkeys(appended):
+        if partition.log.unflushed_messages >= partition.log.config.flush_messages:
+            await partition.log.flush()
+    if acks == 0:
+        if failed:
+            raise CloseConnectionError("acks=0 produce failed; closing so the client notices")
+        return None
+    return api.response(responses=tuple(topics), throttle_time=NO_THROTTLE)

@@ -1,0 +1,164 @@
+"""One client connection: frames in, requests handled in order, responses out in order.
+
+A thin ``asyncio.BufferedProtocol`` (cheaper per request than streams):
+received bytes land in the :class:`~shoal.wire.FrameReader`'s buffers, whole
+frames go to a queue, and one task per connection handles them strictly in
+order, as Kafka handles a connection's requests one at a time. Clients may
+pipeline as much as they like; reading pauses while too many requests wait.
+
+Responses are written in request order: bytes with ``transport.write``, file
+regions with ``loop.sendfile`` (zero-copy on plain TCP with the standard
+event loop; asyncio falls back to reading and writing elsewhere). Small
+regions are read and written instead, where a system call round is cheaper
+than sendfile's setup.
+
+Anything wrong with a frame (too large, undecodable, an unknown API) closes
+this connection only; the dispatcher decides which.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+from collections.abc import Awaitable, Callable
+from typing import Final
+
+from shoal.wire import Chunk, FileRegion, FrameReader, FrameSizeError
+
+log = logging.getLogger(__name__)
+
+MAX_QUEUED_REQUESTS: Final = 64
+SENDFILE_MIN_BYTES: Final = 64 * 1024
+
+
+class CloseConnectionError(Exception):
+    """Raised by a dispatcher to drop the connection (Kafka's answer to bad input)."""
+
+
+Dispatch = Callable[[bytes | bytearray, "ConnectionInfo"], Awaitable[list[Chunk] | None]]
+
+
+class ConnectionInfo:
+    """What handlers may know of the peer."""
+
+    def __init__(self, peer: str, connection_id: int) -> None:
+        self.peer = peer
+        self.connection_id = connection_id
+
+
+class KafkaConnection(asyncio.BufferedProtocol):
+    _next_id = 0
+
+    def __init__(self, dispatch: Dispatch, max_request_bytes: int) -> None:
+        self._dispatch = dispatch
+        self._frames = FrameReader(max_request_bytes)
+        self._queue: asyncio.Queue[bytes | bytearray] = asyncio.Queue()
+        self._transport: asyncio.Transport | None = None
+        self._worker: asyncio.Task[None] | None = None
+        self._writable = asyncio.Event()
+        self._writable.set()
+        self._reading_paused = False
+        self._closed = False
+        self.on_close: Callable[[KafkaConnection], None] | None = None
+        KafkaConnection._next_id += 1
+        self.info = ConnectionInfo("?", KafkaConnection._next_id)
+
+    # -- asyncio callbacks -------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        peer = transport.get_extra_info("peername")
+        self.info.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self._worker = asyncio.get_running_loop().create_task(
+            self._work(), name=f"conn-{self.info.connection_id}"
+        )
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._frames.get_buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        try:
+            frames = self._frames.received(nbytes)
+        except FrameSizeError as exc:
+            log.warning("event=connection_closed peer=%s reason=%s", self.info.peer, exc)
+            self.close()
+            return
+        for frame in frames:
+            self._queue.put_nowait(frame)
+        if self._queue.qsize() >= MAX_QUEUED_REQUESTS and not self._reading_paused:
+            assert self._transport is not None
+            self._transport.pause_reading()
+            self._reading_paused = True
+
+    def eof_received(self) -> bool:
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closed = True
+        self._writable.set()
+        if self._worker is not None:
+            self._worker.cancel()
+        if self.on_close is not None:
+            self.on_close(self)
+
+    def pause_writing(self) -> None:
+        self._writable.clear()
+
+    def resume_writing(self) -> None:
+        self._writable.set()
+
+    # -- work ------------------------------------------------------------------
+
+    def close(self) -> None:
+        if self._transport is not None and not self._closed:
+            self._closed = True
+            self._transport.close()
+
+    async def _work(self) -> None:
+        try:
+            while not self._closed:
+                frame = await self._queue.get()
+                if self._reading_paused and self._queue.qsize() < MAX_QUEUED_REQUESTS // 2:
+                    self._reading_paused = False
+                    assert self._transport is not None
+                    self._transport.resume_reading()
+                try:
+                    response = await self._dispatch(frame, self.info)
+                except CloseConnectionError as exc:
+                    log.info("event=connection_closed peer=%s reason=%s", self.info.peer, exc)
+                    self.close()
+                    return
+                if response is not None:
+                    await self._send(response)
+        except asyncio.CancelledError:
+            pass
+        except (ConnectionError, OSError) as exc:
+            log.info("event=connection_broken peer=%s error=%s", self.info.peer, exc)
+            self.close()
+        except Exception:
+            log.exception("event=connection_failed peer=%s", self.info.peer)
+            self.close()
+
+    async def _send(self, chunks: list[Chunk]) -> None:
+        transport = self._transport
+        assert transport is not None
+        loop = asyncio.get_running_loop()
+        for chunk in chunks:
+            if self._closed:
+                return
+            if not isinstance(chunk, FileRegion):
+                transport.write(chunk)
+            elif chunk.size >= SENDFILE_MIN_BYTES:
+                await loop.sendfile(transport, chunk.file, chunk.position, chunk.size)
+            else:
+                transport.write(os.pread(chunk.file.fileno(), chunk.size, chunk.position))
+        if not self._writable.is_set():
+            await self._writable.wait()
