@@ -1,0 +1,33 @@
+"""The ``shoal`` command: one entry point for every component and for humans.
+
+``shoal broker`` runs a broker (a container's entry point); ``shoal dev``
+runs a local cluster; ``shoal topic``, ``shoal produce`` and ``shoal
+consume`` are a Kafka client for people. Every flag also reads a
+``SHOAL_*`` environment variable, named in ``--help``.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from shoal.cli.broker import broker
+from shoal.cli.dev import dev
+from shoal.cli.records import consume, produce
+from shoal.cli.topic import topic_app
+
+app = typer.Typer(
+    name="shoal",
+    help="Shoal: multi-tenant, Kafka-compatible event streaming.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.command()(broker)
+app.command()(dev)
+app.command()(produce)
+app.command()(consume)
+app.add_typer(topic_app, name="topic")
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,78 @@
+"""``shoal broker``: one broker process, configured by flags or SHOAL_* variables."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from pydantic import ValidationError
+
+from shoal.broker.app import Broker
+from shoal.broker.cluster.store import StoreError
+from shoal.broker.config import BrokerConfig
+from shoal.broker.log.manager import DataDirError
+from shoal.cli.running import run_until_signalled
+from shoal.locking import DirectoryLockedError
+from shoal.logs import configure_logging
+
+
+def _doc(field: str) -> str:
+    return BrokerConfig.model_fields[field].description or ""
+
+
+def broker(
+    node_id: Annotated[
+        int | None, typer.Option(envvar="SHOAL_NODE_ID", help=_doc("node_id"))
+    ] = None,
+    data_dir: Annotated[
+        Path | None, typer.Option(envvar="SHOAL_DATA_DIR", help=_doc("data_dir"))
+    ] = None,
+    listen: Annotated[str | None, typer.Option(envvar="SHOAL_LISTEN", help=_doc("listen"))] = None,
+    advertise: Annotated[
+        str | None, typer.Option(envvar="SHOAL_ADVERTISE", help=_doc("advertise"))
+    ] = None,
+    etcd: Annotated[str | None, typer.Option(envvar="SHOAL_ETCD", help=_doc("etcd"))] = None,
+    rack: Annotated[str | None, typer.Option(envvar="SHOAL_RACK", help=_doc("rack"))] = None,
+    topic_default: Annotated[
+        list[str] | None,
+        typer.Option(help=_doc("topic_defaults") + " Given as KEY=VALUE."),
+    ] = None,
+    log_level: Annotated[
+        str | None, typer.Option(envvar="SHOAL_LOG_LEVEL", help=_doc("log_level"))
+    ] = None,
+    log_format: Annotated[
+        str | None, typer.Option(envvar="SHOAL_LOG_FORMAT", help=_doc("log_format"))
+    ] = None,
+) -> None:
+    """Run one broker. Other settings (intervals, limits) are read from SHOAL_* variables;
+    see docs/broker.md."""
+    given: dict[str, Any] = {
+        "node_id": node_id,
+        "data_dir": data_dir,
+        "listen": listen,
+        "advertise": advertise,
+        "etcd": etcd,
+        "rack": rack,
+        "log_level": log_level,
+        "log_format": log_format,
+    }
+    if topic_default:
+        given["topic_defaults"] = dict(_pair(item) for item in topic_default)
+    try:
+        config = BrokerConfig(**{k: v for k, v in given.items() if v is not None})
+    except ValidationError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    configure_logging(config.log_level, config.log_format)
+    try:
+        run_until_signalled(Broker(config).run)
+    except (DirectoryLockedError, DataDirError, StoreError) as exc:
+        typer.echo(f"shoal broker: {exc}", err=True)
+        raise typer.Exit(1) from exc
+
+
+def _pair(item: str) -> tuple[str, str]:
+    key, sep, value = item.partition("=")
+    if not sep:
+        raise typer.BadParameter(f"{item!r} is not KEY=VALUE")
+    return key.strip(), value.strip()
