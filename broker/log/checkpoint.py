@@ -78,7 +78,7 @@ def read_offsets(path: Path) -> dict[tuple[str, int], int]:
         if len(parts) != 3:
             raise CheckpointError(f"{path}: bad line {line!r}")
         topic, partition, offset = parts
-        offsets[(topic, int(partition))] = int(offset)
+        offsets[(topic, _int(path, partition))] = _int(path, offset)
     return offsets
 
 
@@ -96,5 +96,12 @@ def read_epochs(path: Path) -> list[tuple[int, int]]:
         parts = line.split()
         if len(parts) != 2:
             raise CheckpointError(f"{path}: bad line {line!r}")
-        entries.append((int(parts[0]), int(parts[1])))
+        entries.append((_int(path, parts[0]), _int(path, parts[1])))
     return entries
+
+
+def _int(path: Path, text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise CheckpointError(f"{path}: {text!r} is not a number") from None

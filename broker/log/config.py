@@ -127,7 +127,7 @@ _KEYS = [
               "Size at which the active segment rolls.", "log.segment.bytes", _at_least(14)),
     ConfigKey("segment.index.bytes", ConfigType.INT, "10485760",
               "Largest offset index; a full index rolls the segment.",
-              "log.index.size.max.bytes", _at_least(8)),
+              "log.index.size.max.bytes", _at_least(4)),
     ConfigKey("segment.jitter.ms", ConfigType.LONG, "0",
               "Random amount subtracted from segment.ms per segment.",
               "log.roll.jitter.ms", _at_least(0)),

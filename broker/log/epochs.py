@@ -49,18 +49,22 @@ class LeaderEpochCache:
     def end_offset_for(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
         """OffsetForLeaderEpoch: (largest epoch <= ``epoch``, the offset where it ended).
 
-        For the latest epoch the end is the log end offset; for an older one
-        it is the start of the next epoch; below the first known epoch the
-        answer is (UNDEFINED, UNDEFINED), as in Kafka.
+        As Kafka's LeaderEpochFileCache.endOffsetFor: the latest epoch ends at
+        the log end offset; an older one where the next epoch starts; an epoch
+        older than every entry ends where the first entry starts (and is
+        answered as itself); an unknown (-1) or newer-than-latest epoch gets
+        (UNDEFINED, UNDEFINED).
         """
         if epoch == UNDEFINED or not self._entries:
             return UNDEFINED, UNDEFINED
-        if epoch >= self.latest_epoch:
-            return self.latest_epoch, log_end_offset
+        if epoch == self.latest_epoch:
+            return epoch, log_end_offset
+        if epoch > self.latest_epoch:
+            return UNDEFINED, UNDEFINED
         epochs = [e for e, _ in self._entries]
         i = bisect_right(epochs, epoch) - 1
         if i < 0:
-            return UNDEFINED, UNDEFINED
+            return epoch, self._entries[0][1]
         return self._entries[i][0], self._entries[i + 1][1]
 
     def truncate_from_end(self, end_offset: int) -> None:

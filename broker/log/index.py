@@ -139,9 +139,13 @@ class OffsetIndex(_SparseIndex):
         relative, position = self.ENTRY.unpack_from(raw, pos)
         return self.base_offset + relative, position
 
+    def _add(self, key: int, value: int) -> None:
+        # Positions must increase too: lookups and check_against rely on it.
+        if self._values and value <= self._values[-1]:
+            raise ValueError(f"index position {value} does not follow {self._values[-1]}")
+        super()._add(key, value)
+
     def append(self, offset: int, position: int) -> None:
-        if self._values and position <= self._values[-1]:
-            raise ValueError(f"index position {position} does not follow {self._values[-1]}")
         self._add(offset, position)
 
     def lookup(self, offset: int) -> tuple[int, int]:

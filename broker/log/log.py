@@ -124,6 +124,19 @@ class Log:
         directory.mkdir(parents=True, exist_ok=True)
         loaded = load_segments(directory, config, recovery_point, clean_shutdown, clock())
         self.segments: list[LogSegment] = loaded.segments
+        if self.segments and self.segments[-1].next_offset < log_start_offset:
+            # Recovery cut below the checkpointed log start (its segments had
+            # been deleted): nothing here is readable, so start empty there.
+            log.warning(
+                "event=log_behind_log_start dir=%s log_end_offset=%d log_start_offset=%d",
+                directory.name,
+                self.segments[-1].next_offset,
+                log_start_offset,
+            )
+            for segment in self.segments:
+                segment.mark_deleted()
+                segment.destroy()
+            self.segments = []
         if not self.segments:
             self.segments = [LogSegment(directory, log_start_offset, config, clock())]
         self._bases = [s.base_offset for s in self.segments]
@@ -221,16 +234,24 @@ class Log:
                 f"batch claims {header.records_count} records but offsets for"
                 f" {header.last_offset_delta + 1}"
             )
-        if self.config.log_append_time or header.timestamp_type is TimestampType.LOG_APPEND_TIME:
+        if header.timestamp_type is TimestampType.LOG_APPEND_TIME:
+            raise InvalidTimestampError("producers may not set the LogAppendTime timestamp type")
+        if self.config.log_append_time:
             return
+        # Per batch, not per record: the newest timestamp against the future
+        # limit, the first record's against the past limit; -1 means "none".
         config = self.config
-        if header.max_timestamp - now > config.message_timestamp_after_max_ms:
+        if header.max_timestamp != NO_TIMESTAMP and (
+            header.max_timestamp - now > config.message_timestamp_after_max_ms
+        ):
             raise InvalidTimestampError(
                 f"timestamp {header.max_timestamp} is more than"
                 f" message.timestamp.after.max.ms={config.message_timestamp_after_max_ms}"
                 " ahead of the broker's clock"
             )
-        if now - header.base_timestamp > config.message_timestamp_before_max_ms:
+        if header.base_timestamp != NO_TIMESTAMP and (
+            now - header.base_timestamp > config.message_timestamp_before_max_ms
+        ):
             raise InvalidTimestampError(
                 f"timestamp {header.base_timestamp} is more than"
                 f" message.timestamp.before.max.ms={config.message_timestamp_before_max_ms}"
@@ -364,8 +385,9 @@ class Log:
             too_big = excess >= 0 and excess - segment.size >= 0
             if not (too_old or too_big):
                 break
-            if too_big:
-                excess -= segment.size
+            # Whichever limit deletes it, the segment stops counting against
+            # retention.bytes (Kafka checks size on what time retention left).
+            excess -= segment.size
             deletable.append(segment)
         return deletable
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import random
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,23 +69,38 @@ class LogSegment:
         self.config = config
         name = segment_name(base_offset)
         self.log_path = directory / (name + LOG_SUFFIX)
-        self.indexes_missing = (
-            not (directory / (name + INDEX_SUFFIX)).exists()
-            or not (directory / (name + TIME_INDEX_SUFFIX)).exists()
-        )
+        index_path = directory / (name + INDEX_SUFFIX)
+        time_index_path = directory / (name + TIME_INDEX_SUFFIX)
+        self.index_problem: str | None = None
+        """Why the index files cannot be trusted; load_clean refuses the segment then."""
+        if not index_path.exists() or not time_index_path.exists():
+            self.index_problem = "index files are missing"
         fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
         self.file: BinaryIO = open(fd, "r+b", buffering=0)  # noqa: SIM115 - lives as long as the segment
         self.size = os.fstat(fd).st_size
-        self.offset_index = OffsetIndex.load(
-            directory / (name + INDEX_SUFFIX), base_offset, config.segment_index_bytes
-        )
-        self.time_index = TimeIndex.load(
-            directory / (name + TIME_INDEX_SUFFIX), base_offset, config.segment_index_bytes
-        )
+        try:
+            self.offset_index = OffsetIndex.load(
+                index_path, base_offset, config.segment_index_bytes
+            )
+            self.time_index = TimeIndex.load(
+                time_index_path, base_offset, config.segment_index_bytes
+            )
+        except IndexCorruptError as exc:
+            # Start from empty files: recover() rebuilds both from the log, and a
+            # crash before it finishes leaves them missing, which is rebuilt too.
+            self.index_problem = str(exc)
+            index_path.unlink(missing_ok=True)
+            time_index_path.unlink(missing_ok=True)
+            self.offset_index = OffsetIndex(index_path, base_offset, config.segment_index_bytes)
+            self.time_index = TimeIndex(time_index_path, base_offset, config.segment_index_bytes)
         self.next_offset = base_offset
         self.max_timestamp = -1
         self.offset_of_max_timestamp = base_offset
         self.created_ms = now_ms
+        jitter = min(config.segment_jitter_ms, config.segment_ms)
+        # Kafka draws each segment's jitter at random, so that segments of many
+        # partitions created together do not all roll at the same moment.
+        self.roll_jitter_ms = random.randrange(jitter) if jitter > 0 else 0  # noqa: S311
         self.first_batch_timestamp: int | None = None
         self._bytes_since_index_entry = 0
 
@@ -101,24 +117,29 @@ class LogSegment:
         last index entry must tile the file exactly; otherwise IndexCorruptError
         asks the loader to :meth:`recover` this segment.
         """
-        if self.indexes_missing:
-            raise IndexCorruptError(f"{self.log_path}: index files are missing")
+        if self.index_problem is not None:
+            raise IndexCorruptError(f"{self.log_path}: {self.index_problem}")
         self.offset_index.check_against(self.size)
+        # The time index covers every batch up to the last offset index entry
+        # (both get their entries together); the batches after it are scanned.
+        entry = self.time_index.last_entry
+        if entry is not None:
+            self.max_timestamp, self.offset_of_max_timestamp = entry
         last: BatchLocation | None = None
         for location in self.scan(self.offset_index.last_position):
             last = location
+            if location.header.max_timestamp > self.max_timestamp:
+                self.max_timestamp = location.header.max_timestamp
+                self.offset_of_max_timestamp = location.header.last_offset
         end = last.position + last.header.size if last else self.offset_index.last_position
         if end != self.size:
             raise IndexCorruptError(f"{self.log_path}: batches end at {end}, file at {self.size}")
         if last is not None:
             self.next_offset = last.header.next_offset
         self.time_index.check_against(self.next_offset)
-        entry = self.time_index.last_entry
-        if entry is not None:
-            self.max_timestamp, self.offset_of_max_timestamp = entry
-        if last is not None and last.header.max_timestamp > self.max_timestamp:
-            self.max_timestamp = last.header.max_timestamp
-            self.offset_of_max_timestamp = last.header.last_offset
+        first = next(self.scan(0), None)
+        if first is not None:
+            self.first_batch_timestamp = first.header.max_timestamp
         self._bytes_since_index_entry = self.size - self.offset_index.last_position
 
     def recover(self) -> int:
@@ -209,7 +230,7 @@ class LogSegment:
             waited = incoming_max_timestamp - self.first_batch_timestamp
         else:
             waited = now_ms - self.created_ms
-        return waited > self.config.segment_ms - self.config.segment_jitter_ms
+        return waited > self.config.segment_ms - self.roll_jitter_ms
 
     def on_roll(self) -> None:
         """The segment stops being active: its final time index entry, as Kafka writes it."""
