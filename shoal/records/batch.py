@@ -60,6 +60,7 @@ _INT64 = struct.Struct(">q")
 _INT32 = struct.Struct(">i")
 _UINT32 = struct.Struct(">I")
 _INT16 = struct.Struct(">h")
+_INT8 = struct.Struct(">b")
 _OFFSET_AND_LENGTH = struct.Struct(">qi")
 
 _COMPRESSION_MASK: Final = 0x07
@@ -124,7 +125,10 @@ class BatchHeader:
 
     @property
     def compression(self) -> Compression:
-        return Compression(self.attributes & _COMPRESSION_MASK)
+        codec = self.attributes & _COMPRESSION_MASK
+        if codec > Compression.ZSTD:
+            raise InvalidBatchError(f"unknown compression codec {codec}")
+        return Compression(codec)
 
     @property
     def timestamp_type(self) -> TimestampType:
@@ -163,15 +167,21 @@ def validate_batch(buf: Buffer, pos: int = 0) -> BatchHeader:
     """Check one batch at ``pos``: framing, magic and CRC-32C.
 
     Raises CorruptBatchError when the bytes are damaged (a CRC mismatch, a
-    length that runs past the buffer) and InvalidBatchError when they are
-    intact but not a batch we accept (another magic, nonsense counts).
+    header or length that runs past the buffer) and InvalidBatchError when
+    they are intact but not a batch we accept (another magic, nonsense
+    counts). The magic byte is judged first, so a legacy message shorter
+    than a v2 header is invalid, not corrupt.
     """
+    available = len(memoryview(buf)) - pos
+    if available > MAGIC_OFFSET:
+        (magic,) = _INT8.unpack_from(buf, pos + MAGIC_OFFSET)
+        if magic != MAGIC:
+            raise InvalidBatchError(f"record batch magic {magic}, only magic 2 is supported")
+    if available < HEADER_SIZE:
+        raise CorruptBatchError(f"{available} bytes is shorter than a batch header")
     header = parse_header(buf, pos)
-    if header.magic != MAGIC:
-        raise InvalidBatchError(f"record batch magic {header.magic}, only magic 2 is supported")
     if header.batch_length < HEADER_SIZE - LOG_OVERHEAD:
         raise CorruptBatchError(f"batch length {header.batch_length} is shorter than its header")
-    available = len(memoryview(buf)) - pos
     if header.size > available:
         raise CorruptBatchError(
             f"batch of {header.size} bytes runs past the {available} bytes received"
@@ -181,6 +191,7 @@ def validate_batch(buf: Buffer, pos: int = 0) -> BatchHeader:
         raise CorruptBatchError(f"batch CRC {header.crc:#010x} != computed {actual:#010x}")
     if header.last_offset_delta < 0 or header.records_count < 0:
         raise InvalidBatchError("negative record count in batch header")
+    header.compression  # noqa: B018 - raises InvalidBatchError for an unknown codec
     return header
 
 
@@ -206,9 +217,7 @@ def set_partition_leader_epoch(buf: bytearray, pos: int, epoch: int) -> None:
     _INT32.pack_into(buf, pos + PARTITION_LEADER_EPOCH_OFFSET, epoch)
 
 
-def set_log_append_time(
-    buf: bytearray, pos: int, header: BatchHeader, timestamp_ms: int
-) -> None:
+def set_log_append_time(buf: bytearray, pos: int, header: BatchHeader, timestamp_ms: int) -> None:
     """Stamp a LogAppendTime topic's batch: type bit, maxTimestamp, and a new CRC.
 
     As in Kafka, consumers read maxTimestamp as every record's timestamp when

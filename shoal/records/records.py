@@ -147,6 +147,8 @@ def iter_records(batch: bytes | bytearray | memoryview) -> Iterator[Record]:
             raise InvalidBatchError("record length disagrees with its fields")
         timestamp = header.max_timestamp if log_append else header.base_timestamp + timestamp_delta
         yield Record(header.base_offset + offset_delta, timestamp, key, value, tuple(headers))
+    if pos != len(payload):
+        raise InvalidBatchError(f"{len(payload) - pos} bytes after the batch's last record")
 
 
 def build_batch(
