@@ -30,6 +30,7 @@ from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import SerialError
 from kio.static.constants import EntityType
 
+from shoal.wire.guard import GuardError, check_request
 from shoal.wire.splice import Chunk, RecordsSplicer, chunk_size
 
 _REQUEST_PREFIX = struct.Struct(">hhi")
@@ -160,7 +161,9 @@ def decode_request(
     closes the connection, as Kafka does). Bytes that do not parse raise
     MalformedRequestError.
     """
-    view = memoryview(frame)
+    # kio's reader refuses writable buffers, and large frames arrive as the
+    # FrameReader's own bytearray; a read-only view of it costs no copy.
+    view = memoryview(frame).toreadonly()
     prefix = peek_header(view)
     versions = supported.get(prefix.api_key)
     if versions is None:
@@ -173,9 +176,16 @@ def decode_request(
         )
     api = schema(prefix.api_key, prefix.api_version)
     try:
+        view = check_request(view, api.request_class.__header_schema__, api.request_class)
+    except GuardError as exc:
+        raise MalformedRequestError(
+            f"API key {prefix.api_key} v{prefix.api_version} is malformed: {exc}"
+        ) from exc
+    # After the guard, kio should not fail; these are kept as a second line.
+    try:
         kio_header, header_size = api.read_request_header(view)
         body = api.decode_body(view, header_size)
-    except (SerialError, ValueError, OverflowError, IndexError, struct.error) as exc:
+    except (SerialError, ValueError, OverflowError, IndexError, KeyError, struct.error) as exc:
         raise MalformedRequestError(
             f"API key {prefix.api_key} v{prefix.api_version} does not decode: {exc!r}"
         ) from exc
