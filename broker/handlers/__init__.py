@@ -15,6 +15,7 @@ from shoal.broker.handlers.configs import (
     handle_describe_configs,
     handle_incremental_alter_configs,
 )
+from shoal.broker.handlers.coordinator import handle_find_coordinator
 from shoal.broker.handlers.fetch import handle_fetch
 from shoal.broker.handlers.metadata import MetadataResponder, handle_describe_cluster
 from shoal.broker.handlers.offsets import handle_list_offsets, handle_offset_for_leader_epoch
@@ -29,6 +30,7 @@ PRODUCE: Final = 0
 FETCH: Final = 1
 LIST_OFFSETS: Final = 2
 METADATA: Final = 3
+FIND_COORDINATOR: Final = 10
 API_VERSIONS_KEY: Final = 18
 CREATE_TOPICS: Final = 19
 DELETE_TOPICS: Final = 20
@@ -43,6 +45,7 @@ API_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     FETCH: (4, 16),
     LIST_OFFSETS: (1, 8),
     METADATA: (0, 12),
+    FIND_COORDINATOR: (0, 4),
     API_VERSIONS_KEY: (0, 4),
     CREATE_TOPICS: (2, 7),
     DELETE_TOPICS: (1, 6),
@@ -61,6 +64,7 @@ def build_handlers() -> dict[int, Handler]:
         FETCH: handle_fetch,
         LIST_OFFSETS: handle_list_offsets,
         METADATA: MetadataResponder().handle,
+        FIND_COORDINATOR: handle_find_coordinator,
         API_VERSIONS_KEY: ApiVersionsResponder(API_VERSIONS).handle,
         CREATE_TOPICS: handle_create_topics,
         DELETE_TOPICS: handle_delete_topics,
