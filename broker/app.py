@@ -90,7 +90,11 @@ class Broker:
             following = asyncio.create_task(_follow(images, cache), name="metadata-follow")
             logs.start()
             admin = TopicAdmin(
-                store, cache, config.num_partitions, config.default_replication_factor
+                store,
+                cache,
+                config.num_partitions,
+                config.default_replication_factor,
+                config.max_partitions_per_topic,
             )
             services = BrokerServices(self.node_id, config, cache, replicas, admin, wall_clock_ms)
             await self._serve(services, store, cache, stop)

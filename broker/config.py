@@ -54,6 +54,11 @@ class BrokerConfig(BaseSettings):
     default_replication_factor: int = Field(
         1, ge=1, description="Replicas of a topic created without a factor."
     )
+    max_partitions_per_topic: int = Field(
+        10000,
+        ge=1,
+        description="Most partitions one topic may have; more is refused with POLICY_VIOLATION.",
+    )
     auto_create_topics_enable: bool = Field(
         False,
         description="Create unknown topics on Metadata requests that allow it. Off by"

@@ -9,6 +9,7 @@ Metadata request already sees the change.
 
 from __future__ import annotations
 
+import logging
 import re
 import uuid
 from collections.abc import Mapping, Sequence
@@ -32,6 +33,8 @@ from shoal.broker.cluster.store import (
     UnknownTopicError,
 )
 from shoal.broker.log.config import TOPIC_CONFIGS, InvalidConfigError, validate_overrides
+
+log = logging.getLogger(__name__)
 
 MAX_TOPIC_NAME: Final = 249
 _LEGAL_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
@@ -75,6 +78,15 @@ def validate_topic_name(name: str) -> None:
         )
 
 
+def _warn_if_compacted(name: str, overrides: Mapping[str, str]) -> None:
+    if "compact" in overrides.get("cleanup.policy", ""):
+        log.warning(
+            "event=compaction_not_active topic=%s detail=cleanup.policy=compact is stored;"
+            " the log cleaner arrives in a later release",
+            name,
+        )
+
+
 def _collision_key(name: str) -> str:
     return name.replace(".", "_")
 
@@ -107,11 +119,21 @@ class TopicAdmin:
         cache: MetadataCache,
         default_partitions: int,
         default_replication_factor: int,
+        max_partitions_per_topic: int,
     ) -> None:
         self.store = store
         self.cache = cache
         self.default_partitions = default_partitions
         self.default_replication_factor = default_replication_factor
+        self.max_partitions_per_topic = max_partitions_per_topic
+
+    def _check_partition_count(self, count: int) -> None:
+        if count > self.max_partitions_per_topic:
+            raise AdminError(
+                "policy_violation",
+                f"A topic may have at most {self.max_partitions_per_topic} partitions here"
+                f" ({count} asked; SHOAL_MAX_PARTITIONS_PER_TOPIC).",
+            )
 
     def _topic(self, name: str) -> TopicImage:
         topic = self.cache.image.topics.get(TopicName(name))
@@ -154,6 +176,7 @@ class TopicAdmin:
         if validate_only:
             return record
         states = [PartitionState(r[0], 0, r) for r in replicas]
+        _warn_if_compacted(name, overrides)
         try:
             revision = await self.store.create_topic(record, states)
         except TopicExistsError as exc:
@@ -177,6 +200,7 @@ class TopicAdmin:
                     "invalid_request",
                     "Both numPartitions or replicationFactor and replicasAssignments were set.",
                 )
+            self._check_partition_count(len(assignment))
             if sorted(assignment) != list(range(len(assignment))):
                 raise AdminError(
                     "invalid_replica_assignment", "Partitions must be numbered from 0 without gaps."
@@ -186,6 +210,7 @@ class TopicAdmin:
         factor = self.default_replication_factor if replication_factor == -1 else replication_factor
         if partitions < 1:
             raise AdminError("invalid_partitions", "Number of partitions must be larger than 0.")
+        self._check_partition_count(partitions)
         if factor < 1:
             raise AdminError(
                 "invalid_replication_factor", "Replication factor must be larger than 0."
@@ -222,6 +247,7 @@ class TopicAdmin:
                 f"Topic currently has {current} partitions, which is higher than or equal"
                 f" to the requested {count}.",
             )
+        self._check_partition_count(count)
         live = set(self.cache.image.brokers)
         added = count - current
         if assignment:
@@ -288,6 +314,7 @@ class TopicAdmin:
         overrides = self.configs_after(name, ops)
         if validate_only or overrides == dict(topic.record.configs):
             return
+        _warn_if_compacted(name, overrides)
         await self._update(replace(topic.record, configs=overrides), topic.revision, None)
 
     async def _update(

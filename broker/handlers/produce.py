@@ -59,7 +59,11 @@ def _check_single_batch(version: int, records: bytes | None) -> None:
         raise _RefusedError(
             E.invalid_record, "Produce v3+ allows exactly one record batch per partition"
         )
-    if header.compression is Compression.ZSTD and version < ZSTD_MIN_VERSION:
+    try:
+        codec = header.compression
+    except InvalidBatchError as exc:
+        raise _RefusedError(E.invalid_record, str(exc)) from exc
+    if codec is Compression.ZSTD and version < ZSTD_MIN_VERSION:
         raise _RefusedError(E.unsupported_compression_type, "zstd needs Produce v7 or later")
 
 
