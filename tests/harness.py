@@ -1,0 +1,161 @@
+"""Real processes for tests: etcd and brokers on loopback, started and killed for real.
+
+Each broker runs as ``python -P -m shoal broker`` (``-P`` so the checkout's
+``shoal/`` folder never shadows the installed package) with its output in a
+log file next to its data, which failing tests print.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+
+from shoal.etcd_process import etcd_command
+
+READY_EVENT = "event=broker_ready"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_until(predicate, timeout: float, what: str, interval: float = 0.05):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+
+
+class EtcdServer:
+    """One etcd for the whole test session; clusters use their own chroot in it."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.client_port = free_port()
+        self.peer_port = free_port()
+        self.log_path = directory / "etcd.log"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.client_port}"
+
+    def start(self) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                etcd_command(self.directory / "data", self.client_port, self.peer_port),
+                stdout=log,
+                stderr=log,
+            )
+        wait_until(self._healthy, 30, "etcd to become healthy")
+
+    def _healthy(self) -> bool:
+        import json
+        import urllib.request
+
+        assert self.process is not None
+        if self.process.poll() is not None:
+            raise RuntimeError(f"etcd exited: {self.log_path.read_text()[-2000:]}")
+        try:
+            with urllib.request.urlopen(f"{self.url}/health", timeout=1) as response:
+                return bool(json.loads(response.read()).get("health") == "true")
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(10)
+
+    def chroot_url(self) -> str:
+        return f"{self.url}/t-{uuid.uuid4().hex[:12]}"
+
+
+class BrokerProcess:
+    """A `shoal broker` child process."""
+
+    def __init__(
+        self,
+        etcd_url: str,
+        data_dir: Path,
+        node_id: int = 0,
+        port: int | None = None,
+        extra_args: Sequence[str] = (),
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.etcd_url = etcd_url
+        self.data_dir = data_dir
+        self.node_id = node_id
+        self.port = port or free_port()
+        self.extra_args = list(extra_args)
+        self.env = env or {}
+        self.log_path = data_dir.parent / f"{data_dir.name}.log"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def command(self) -> list[str]:
+        return [
+            sys.executable,
+            "-P",
+            "-m",
+            "shoal",
+            "broker",
+            f"--node-id={self.node_id}",
+            f"--data-dir={self.data_dir}",
+            f"--listen=127.0.0.1:{self.port}",
+            f"--etcd={self.etcd_url}",
+            *self.extra_args,
+        ]
+
+    def start(self, timeout: float = 60) -> BrokerProcess:
+        offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(self.command(), stdout=log, stderr=log, env=env)
+        wait_until(lambda: self._ready(offset), timeout, f"broker {self.node_id} to be ready")
+        return self
+
+    def _ready(self, offset: int) -> bool:
+        assert self.process is not None
+        if self.process.poll() is not None:
+            raise RuntimeError(f"broker exited with {self.process.returncode}:\n{self.log_tail()}")
+        with open(self.log_path, "rb") as log:
+            log.seek(offset)
+            return READY_EVENT.encode() in log.read()
+
+    def log_tail(self, chars: int = 4000) -> str:
+        return self.log_path.read_text(errors="replace")[-chars:] if self.log_path.exists() else ""
+
+    def stop(self, timeout: float = 30) -> int:
+        """SIGTERM and wait: a clean shutdown."""
+        assert self.process is not None
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(timeout)
+
+    def kill(self) -> None:
+        """SIGKILL: no chance to flush, checkpoint or deregister."""
+        assert self.process is not None
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait(10)
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None

@@ -1,0 +1,130 @@
+"""The connection layer on a real loopback socket: ordering, file regions, closing."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import struct
+import tempfile
+from collections.abc import Awaitable, Callable
+
+import pytest
+from shoal.broker.server.connection import (
+    SENDFILE_MIN_BYTES,
+    CloseConnectionError,
+    ConnectionInfo,
+    KafkaConnection,
+)
+
+from shoal.wire import Chunk, FileRegion
+
+Dispatch = Callable[[bytes | bytearray, ConnectionInfo], Awaitable[list[Chunk] | None]]
+
+
+async def serve(dispatch: Dispatch, max_bytes: int = 1 << 20) -> tuple[asyncio.Server, int]:
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(lambda: KafkaConnection(dispatch, max_bytes), "127.0.0.1", 0)
+    return server, server.sockets[0].getsockname()[1]
+
+
+def frame(payload: bytes) -> bytes:
+    return struct.pack(">i", len(payload)) + payload
+
+
+async def read_frame(reader: asyncio.StreamReader) -> bytes:
+    size = struct.unpack(">i", await reader.readexactly(4))[0]
+    return await reader.readexactly(size)
+
+
+async def test_responses_come_back_in_request_order_even_when_handlers_take_turns() -> None:
+    async def dispatch(data: bytes | bytearray, info: ConnectionInfo) -> list[Chunk]:
+        await asyncio.sleep(0.01 * (data[0] % 3))
+        return [frame(b"re:" + bytes(data))]
+
+    server, port = await serve(dispatch)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"".join(frame(bytes([i]) * 5) for i in range(40)))
+    for i in range(40):
+        assert await read_frame(reader) == b"re:" + bytes([i]) * 5
+    writer.close()
+    server.close()
+
+
+async def test_file_regions_are_sent_exactly_large_ones_by_sendfile(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    sendfile_calls: list[int] = []
+    real_sendfile = os.sendfile
+
+    def counting_sendfile(out_fd: int, in_fd: int, offset: int | None, count: int) -> int:
+        sendfile_calls.append(count)
+        return real_sendfile(out_fd, in_fd, offset, count)
+
+    monkeypatch.setattr(os, "sendfile", counting_sendfile)
+    content = os.urandom(3 * SENDFILE_MIN_BYTES + 17)
+    with tempfile.TemporaryFile() as f:
+        f.write(content)
+        f.flush()
+        big = FileRegion(f, 5, 2 * SENDFILE_MIN_BYTES)
+        small = FileRegion(f, 100, 50)
+
+        async def dispatch(data: bytes | bytearray, info: ConnectionInfo) -> list[Chunk]:
+            total = 3 + big.size + small.size
+            return [struct.pack(">i", total) + b"abc", big, small]
+
+        server, port = await serve(dispatch)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        for _ in range(3):
+            writer.write(frame(b"fetch"))
+            body = await read_frame(reader)
+            assert body == b"abc" + content[5 : 5 + big.size] + content[100:150]
+        assert sendfile_calls, "large regions must go out by sendfile (zero-copy)"
+        writer.close()
+        server.close()
+
+
+async def test_a_frame_above_the_limit_closes_only_that_connection() -> None:
+    async def dispatch(data: bytes | bytearray, info: ConnectionInfo) -> list[Chunk]:
+        return [frame(b"ok")]
+
+    server, port = await serve(dispatch, max_bytes=1000)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    other_reader, other_writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(struct.pack(">i", 5000) + b"x" * 100)
+    assert await reader.read() == b""
+    other_writer.write(frame(b"hello"))
+    assert await read_frame(other_reader) == b"ok"
+    other_writer.close()
+    server.close()
+
+
+async def test_a_dispatcher_refusal_closes_the_connection_after_earlier_answers() -> None:
+    async def dispatch(data: bytes | bytearray, info: ConnectionInfo) -> list[Chunk] | None:
+        if data == b"bad":
+            raise CloseConnectionError("refused")
+        if data == b"silent":
+            return None
+        return [frame(bytes(data))]
+
+    server, port = await serve(dispatch)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(frame(b"one") + frame(b"silent") + frame(b"two") + frame(b"bad") + frame(b"three"))
+    assert await read_frame(reader) == b"one"
+    assert await read_frame(reader) == b"two"
+    assert await reader.read() == b""
+    server.close()
+
+
+async def test_many_pipelined_requests_are_all_answered() -> None:
+    count = 2000
+
+    async def dispatch(data: bytes | bytearray, info: ConnectionInfo) -> list[Chunk]:
+        return [frame(bytes(data))]
+
+    server, port = await serve(dispatch)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"".join(frame(struct.pack(">i", i) * 50) for i in range(count)))
+    for i in range(count):
+        assert await read_frame(reader) == struct.pack(">i", i) * 50
+    writer.close()
+    server.close()
