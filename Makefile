@@ -50,7 +50,7 @@ pytest: $(VENV)/.installed-test kcat
 test: check pytest
 
 bench: $(VENV)/.installed-test
-	$(BIN)/python -m benchmarks.produce_consume
+	$(BIN)/python benchmarks/produce_consume.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
