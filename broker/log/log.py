@@ -332,8 +332,7 @@ class Log:
         for segment in self.segments:
             if segment.max_timestamp < timestamp:
                 continue
-            location = segment.find_by_timestamp(timestamp, self.log_start_offset)
-            if location is not None:
+            for location in segment.batches_by_timestamp(timestamp, self.log_start_offset):
                 found = self._record_at_or_after(segment, location, timestamp)
                 if found is not None:
                     return found
@@ -344,10 +343,11 @@ class Log:
         best = max(self.segments, key=lambda s: s.max_timestamp)
         if best.max_timestamp < 0:
             return None
-        location = best.find_by_timestamp(best.max_timestamp, self.log_start_offset)
-        if location is None:
-            return None
-        return self._record_at_or_after(best, location, best.max_timestamp)
+        for location in best.batches_by_timestamp(best.max_timestamp, self.log_start_offset):
+            found = self._record_at_or_after(best, location, best.max_timestamp)
+            if found is not None:
+                return found
+        return None
 
     def _record_at_or_after(
         self, segment: LogSegment, location: BatchLocation, timestamp: int

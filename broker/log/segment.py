@@ -60,7 +60,9 @@ class LogSegment:
     one past the segment's last offset (``base_offset`` when empty).
 
     Owned by the event loop thread. Only :meth:`flush` may run in a worker
-    thread, and only once the segment is no longer the active one.
+    thread, concurrently with appends: it fsyncs what was written before it
+    started and writes the index entries that existed then. Truncation must
+    not overlap a flush (replication will serialise them through the log).
     """
 
     def __init__(self, directory: Path, base_offset: int, config: LogConfig, now_ms: int) -> None:
@@ -269,15 +271,23 @@ class LogSegment:
     def read_batch(self, location: BatchLocation) -> bytes:
         return os.pread(self.fd, location.header.size, location.position)
 
-    def find_by_timestamp(self, timestamp: int, from_offset: int) -> BatchLocation | None:
-        """The first batch at or after ``from_offset`` whose max timestamp >= ``timestamp``."""
+    def batches_by_timestamp(self, timestamp: int, from_offset: int) -> Iterator[BatchLocation]:
+        """Batches at or after ``from_offset`` whose max timestamp >= ``timestamp``, in order.
+
+        The time index says where to start; the first batch is the candidate,
+        later ones matter when the first holds no such record at or after
+        ``from_offset`` (a log start inside it).
+        """
         start_offset = max(self.time_index.lookup(timestamp), from_offset)
         _, position = self.offset_index.lookup(start_offset)
         for location in self.scan(position):
             header = location.header
             if header.last_offset >= from_offset and header.max_timestamp >= timestamp:
-                return location
-        return None
+                yield location
+
+    def find_by_timestamp(self, timestamp: int, from_offset: int) -> BatchLocation | None:
+        """The first batch at or after ``from_offset`` whose max timestamp >= ``timestamp``."""
+        return next(self.batches_by_timestamp(timestamp, from_offset), None)
 
     # -- lifecycle -----------------------------------------------------------
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import sys
@@ -170,10 +171,19 @@ class DevCluster:
             f"client      {self.data_dir / 'client.properties'}\n"
             f"env         source {self.data_dir / 'dev.env'}\n\n"
             f"kcat -F {self.data_dir / 'client.properties'} -L\n"
-            "shoal topic create demo --partitions 3\n"
+            f"{_shoal_command()} topic create demo --partitions 3"
+            f" -F {self.data_dir / 'client.properties'}\n"
             "Ctrl-C stops everything; data stays for the next run."
         )
         Console(stderr=True).print(Panel(text, title="shoal dev is ready", expand=False))
+
+
+def _shoal_command() -> str:
+    """How the user can run `shoal` again: as on PATH if it is, else by its path."""
+    argv0 = Path(sys.argv[0])
+    if argv0.name == "shoal" and shutil.which("shoal") != str(argv0.resolve()):
+        return os.path.relpath(argv0) if argv0.is_absolute() else str(argv0)
+    return "shoal"
 
 
 async def _first_of(*aws: object) -> None:

@@ -149,3 +149,23 @@ def test_timestamp_lookups_survive_crash_recovery(open_log, helpers) -> None:
         found = log.offset_for_timestamp(target)
         assert found is not None
         assert found.offset == offset
+
+
+def test_a_log_start_inside_the_first_candidate_batch_moves_on_to_later_batches(
+    open_log, helpers
+) -> None:
+    from shoal.records import NewRecord, build_batch
+
+    first = open_log()
+    first.append_as_leader(
+        build_batch(
+            [NewRecord(None, b"a", timestamp=T + 300), NewRecord(None, b"b", timestamp=T + 100)]
+        ),
+        0,
+    )
+    first.append_as_leader(build_batch([NewRecord(None, b"c", timestamp=T + 250)]), 0)
+    first.close()
+    log = open_log(log_start_offset=1)
+    found = log.offset_for_timestamp(T + 200)
+    assert found is not None
+    assert (found.offset, found.timestamp) == (2, T + 250)
