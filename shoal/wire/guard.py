@@ -35,6 +35,8 @@ from kio.serial._introspect import (
     is_optional,
 )
 
+from shoal.wire.varint import VarintError, encode_uvarint, read_uvarint
+
 _FIXED_SIZES: Final = {
     "bool": 1,
     "int8": 1,
@@ -60,29 +62,11 @@ class GuardError(ValueError):
     """The request's bytes contradict its schema."""
 
 
-def _uvarint(buf: memoryview, pos: int, end: int) -> tuple[int, int]:
-    value = 0
-    shift = 0
-    while True:
-        if pos >= end:
-            raise GuardError("varint runs past the end")
-        byte = buf[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, pos
-        shift += 7
-        if shift > 35:
-            raise GuardError("varint is too long")
-
-
-def _encode_uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value & ~0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
+def _read_uvarint(buf: memoryview, pos: int, end: int) -> tuple[int, int]:
+    try:
+        return read_uvarint(buf, pos, end)
+    except VarintError as exc:
+        raise GuardError(str(exc)) from exc
 
 
 def _need(pos: int, size: int, end: int) -> int:
@@ -109,7 +93,7 @@ def _string_reader(flexible: bool, legacy_nullable_string: bool = False) -> Read
     if flexible and not legacy_nullable_string:
 
         def read_compact(walk: _Walk, pos: int, end: int) -> int:
-            length, pos = _uvarint(walk.buf, pos, end)
+            length, pos = _read_uvarint(walk.buf, pos, end)
             return pos if length == 0 else _need(pos, length - 1, end)
 
         return read_compact
@@ -154,7 +138,7 @@ def _primitive(kafka_type: str, flexible: bool, legacy_nullable_string: bool) ->
 def _array_reader(element: Reader, min_size: int, flexible: bool, nullable: bool) -> Reader:
     def read(walk: _Walk, pos: int, end: int) -> int:
         if flexible:
-            raw, pos = _uvarint(walk.buf, pos, end)
+            raw, pos = _read_uvarint(walk.buf, pos, end)
             count = raw - 1
         else:
             _need(pos, 4, end)
@@ -244,14 +228,14 @@ def _field_reader(
 
 def _tagged_section(walk: _Walk, pos: int, end: int, known: dict[int, Reader]) -> int:
     start = pos
-    count, pos = _uvarint(walk.buf, pos, end)
+    count, pos = _read_uvarint(walk.buf, pos, end)
     if count > end - pos:
         raise GuardError(f"{count} tagged fields claimed with {end - pos} bytes left")
     kept: list[tuple[int, int]] = []
     for _ in range(count):
         entry = pos
-        tag, pos = _uvarint(walk.buf, pos, end)
-        size, pos = _uvarint(walk.buf, pos, end)
+        tag, pos = _read_uvarint(walk.buf, pos, end)
+        size, pos = _read_uvarint(walk.buf, pos, end)
         field_end = _need(pos, size, end)
         reader = known.get(tag)
         if reader is not None:
@@ -265,7 +249,7 @@ def _tagged_section(walk: _Walk, pos: int, end: int, known: dict[int, Reader]) -
             raise GuardError(f"unknown tagged field {tag} inside a tagged field")
         pos = field_end
     if len(kept) != count:
-        replacement = _encode_uvarint(len(kept)) + b"".join(bytes(walk.buf[a:b]) for a, b in kept)
+        replacement = encode_uvarint(len(kept)) + b"".join(bytes(walk.buf[a:b]) for a, b in kept)
         walk.removals.append((start, pos, replacement))
     return pos
 

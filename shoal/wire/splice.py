@@ -17,6 +17,8 @@ import struct
 from dataclasses import dataclass
 from typing import BinaryIO, Final
 
+from shoal.wire.varint import encode_uvarint
+
 _MARKER_SIZE: Final = 16
 _INT32 = struct.Struct(">i")
 _UINT32 = struct.Struct(">I")
@@ -40,13 +42,7 @@ def chunk_size(chunk: Chunk) -> int:
 
 
 def _compact_length(size: int) -> bytes:
-    raw = size + 1
-    out = bytearray()
-    while raw & ~0x7F:
-        out.append((raw & 0x7F) | 0x80)
-        raw >>= 7
-    out.append(raw)
-    return bytes(out)
+    return encode_uvarint(size + 1)
 
 
 class RecordsSplicer:
