@@ -43,6 +43,16 @@ def create_topic(bootstrap: str, partitions: int = 3, **config: str) -> str:
     return name
 
 
+def offsets_in_order(records: list[Rec]) -> list[int]:
+    """The offsets records get when appended in order to empty partitions."""
+    seen: dict[int, int] = {}
+    offsets = []
+    for rec in records:
+        offsets.append(seen.get(rec.partition, 0))
+        seen[rec.partition] = offsets[-1] + 1
+    return offsets
+
+
 def by_partition(records: list[Rec]) -> dict[int, list[Rec]]:
     out: dict[int, list[Rec]] = {}
     for record in records:
@@ -266,12 +276,7 @@ def kcat_produce(bootstrap: str, topic: str, records: list[Rec], codec: str) -> 
             check=True,
             timeout=60,
         )  # fmt: skip
-    seen: dict[int, int] = {}
-    offsets = []
-    for rec in records:
-        offsets.append(seen.get(rec.partition, 0))
-        seen[rec.partition] = offsets[-1] + 1
-    return offsets
+    return offsets_in_order(records)
 
 
 def kcat_consume(bootstrap: str, topic: str, counts: dict[int, int]) -> list[Rec]:

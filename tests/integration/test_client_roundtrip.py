@@ -16,7 +16,15 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 from harness import BrokerProcess
-from kafka_clients import CONSUMERS, PRODUCERS, Rec, by_partition, confluent_consume, create_topic
+from kafka_clients import (
+    CONSUMERS,
+    PRODUCERS,
+    Rec,
+    by_partition,
+    confluent_consume,
+    create_topic,
+    offsets_in_order,
+)
 
 from shoal.records import Compression, iter_batches
 
@@ -54,15 +62,6 @@ def make_records(client: str, count: int = 60) -> list[Rec]:
     return records
 
 
-def expected_offsets(records: list[Rec]) -> list[int]:
-    seen: dict[int, int] = {}
-    offsets = []
-    for rec in records:
-        offsets.append(seen.get(rec.partition, 0))
-        seen[rec.partition] = offsets[-1] + 1
-    return offsets
-
-
 def assert_same(sent: list[Rec], offsets: list[int], got: list[Rec], client: str) -> None:
     assert len(got) == len(sent)
     received = {(r.partition, r.offset): r for r in got}
@@ -92,7 +91,7 @@ def test_client_reads_back_what_it_produced(broker: BrokerProcess, client: str, 
     topic = create_topic(broker.bootstrap, PARTITIONS)
     records = make_records(client)
     offsets = PRODUCERS[client](broker.bootstrap, topic, records, codec)
-    assert offsets == expected_offsets(records)
+    assert offsets == offsets_in_order(records)
 
     counts = {p: len(recs) for p, recs in by_partition(records).items()}
     assert_same(records, offsets, CONSUMERS[client](broker.bootstrap, topic, counts), client)
