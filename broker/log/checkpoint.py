@@ -28,10 +28,14 @@ class CheckpointError(ValueError):
 
 
 def write_atomically(path: Path, text: str) -> None:
+    write_atomically_bytes(path, text.encode())
+
+
+def write_atomically_bytes(path: Path, data: bytes) -> None:
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        os.write(fd, text.encode())
+        os.write(fd, data)
         os.fsync(fd)
     finally:
         os.close(fd)

@@ -31,6 +31,7 @@ from typing import BinaryIO
 from crc32c import crc32c
 from shoal.broker.log.config import LogConfig
 from shoal.broker.log.epochs import LeaderEpochCache
+from shoal.broker.log.producer_state import BatchMetadata, ProducerStateManager
 from shoal.broker.log.recovery import load_segments
 from shoal.broker.log.segment import BatchLocation, LogSegment
 from typing_extensions import Buffer
@@ -79,6 +80,10 @@ class CorruptRecordError(LogError):
     pass
 
 
+class InvalidTxnStateError(LogError):
+    """A transactional batch: transactions are not supported yet."""
+
+
 @dataclass(frozen=True, slots=True)
 class AppendInfo:
     first_offset: int
@@ -87,6 +92,8 @@ class AppendInfo:
     """The timestamp stamped on LogAppendTime topics, -1 otherwise."""
     record_count: int
     max_timestamp: int
+    duplicate: bool = False
+    """An idempotent producer's retry: nothing appended, these are the original offsets."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,9 +152,24 @@ class Log:
         self.high_watermark = min(max(high_watermark, self.log_start_offset), self.log_end_offset)
         self.epochs = LeaderEpochCache(directory)
         self.epochs.truncate_from_end(self.log_end_offset)
+        self.producer_state = ProducerStateManager(directory)
+        self._rebuild_producer_state()
         self.unflushed_messages = 0
         self.last_flush_ms = clock()
         self._flush_lock = asyncio.Lock()
+
+    def _rebuild_producer_state(self) -> None:
+        """Newest snapshot at or below the log end, then the batch headers after it."""
+        start = max(self.producer_state.load(self.log_end_offset), self.log_start_offset)
+        for segment in self.segments:
+            if segment.next_offset <= start:
+                continue
+            _, position = segment.offset_index.lookup(start)
+            self.producer_state.replay(
+                location.header
+                for location in segment.scan(position)
+                if location.header.base_offset >= start and location.header.producer_id >= 0
+            )
 
     def update_config(self, config: LogConfig) -> None:
         """A topic config change: takes effect for the next append, read and retention check."""
@@ -192,6 +214,16 @@ class Log:
             raise InvalidRecordError("no record batch in the request")
         for _, header in batches:
             self._check_batch(header, now)
+        duplicate = self._check_producers([h for _, h in batches])
+        if duplicate is not None:
+            return AppendInfo(
+                duplicate.first_offset,
+                duplicate.last_offset,
+                NO_TIMESTAMP,
+                duplicate.last_offset - duplicate.first_offset + 1,
+                duplicate.timestamp,
+                duplicate=True,
+            )
         view = memoryview(records)
         buffers: list[Buffer] = []
         headers: list[BatchHeader] = []
@@ -216,10 +248,25 @@ class Log:
         if self.active.should_roll(total, max_timestamp, now):
             self.roll()
         self.active.append(buffers, headers)
+        for appended in headers:
+            self.producer_state.update(appended)
         self.epochs.assign(leader_epoch, first_offset)
         count = offset - first_offset
         self.unflushed_messages += count
         return AppendInfo(first_offset, offset - 1, log_append_time, count, max_timestamp)
+
+    def _check_producers(self, headers: list[BatchHeader]) -> BatchMetadata | None:
+        """Idempotence: the stored batch a lone retry duplicates; raises for gaps and old epochs."""
+        idempotent = [h for h in headers if h.producer_id >= 0]
+        if not idempotent:
+            return None
+        if any(h.is_transactional for h in idempotent):
+            raise InvalidTxnStateError("transactions are not supported yet")
+        duplicates = [self.producer_state.check(h) for h in idempotent]
+        found = [d for d in duplicates if d is not None]
+        if found and len(headers) > 1:
+            raise InvalidRecordError("a retried idempotent batch must come alone")
+        return found[0] if found else None
 
     def _check_batch(self, header: BatchHeader, now: int) -> None:
         if header.size > self.config.max_message_bytes:
@@ -264,6 +311,7 @@ class Log:
         if self.active.size == 0 and self.active.base_offset == base:
             return self.active
         self.active.on_roll()
+        self.producer_state.write_snapshot(base)
         segment = LogSegment(self.directory, base, self.config, self.clock())
         self.segments.append(segment)
         self._bases.append(base)
@@ -437,6 +485,8 @@ class Log:
         self._bases = [s.base_offset for s in self.segments]
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
         self.high_watermark = min(self.high_watermark, self.log_end_offset)
+        self.producer_state.truncate_snapshots_after(self.log_end_offset)
+        self._rebuild_producer_state()
         self.epochs.truncate_from_end(self.log_end_offset)
 
     # -- durability ------------------------------------------------------------
@@ -478,6 +528,7 @@ class Log:
             self.last_flush_ms = self.clock()
 
     def close(self) -> None:
+        self.producer_state.write_snapshot(self.log_end_offset)
         for segment in self.segments:
             segment.close()
 

@@ -61,6 +61,8 @@ class LogManagerSettings:
     flush_check_interval_ms: int = 1_000
     recovery_checkpoint_interval_ms: int = 60_000
     hw_checkpoint_interval_ms: int = 5_000
+    producer_id_expiration_ms: int = 86_400_000
+    producer_id_expiration_check_interval_ms: int = 600_000
 
 
 def partition_dir_name(topic: str, partition: int) -> str:
@@ -219,6 +221,9 @@ class LogManager:
                 self._every(s.recovery_checkpoint_interval_ms, self.checkpoint_recovery)
             ),
             asyncio.create_task(self._every(s.hw_checkpoint_interval_ms, self.checkpoint_hw)),
+            asyncio.create_task(
+                self._every(s.producer_id_expiration_check_interval_ms, self.expire_producers)
+            ),
         ]
 
     async def _every(self, interval_ms: int, chore: Callable[[], object]) -> None:
@@ -255,6 +260,12 @@ class LogManager:
             target = log_.flush_target()
             if target is not None:
                 await log_.flush(target)
+
+    def expire_producers(self) -> int:
+        """Forget idempotent producers idle for ``producer.id.expiration.ms``."""
+        now = self.clock()
+        expiration = self.settings.producer_id_expiration_ms
+        return sum(log_.producer_state.expire(now, expiration) for log_ in self.logs.values())
 
     def checkpoint_recovery(self) -> None:
         write_offsets(

@@ -82,7 +82,7 @@ def test_stored_bytes_are_the_clients_except_base_offset_and_leader_epoch(
             compression=Compression.LZ4,
             producer_id=77,
             producer_epoch=2,
-            base_sequence=9,
+            base_sequence=0,
             partition_leader_epoch=-1,
         ),
     )

@@ -1,0 +1,253 @@
+"""Idempotent producers: per producer id, the last batches' sequences in one partition.
+
+Kafka's rules (ProducerStateManager, ProducerAppendInfo):
+
+* A batch carries (producer id, epoch, base sequence); its last sequence is
+  base + lastOffsetDelta, wrapping after 2**31 - 1.
+* The last five batches of each producer are remembered. A batch equal to
+  one of them is a retry: it is acknowledged with the original offsets and
+  not appended again.
+* Otherwise it must follow the last sequence exactly; a gap is
+  OUT_OF_ORDER_SEQUENCE_NUMBER. A new producer, or a new epoch, starts at 0.
+* An epoch older than the producer's current one is fenced
+  (INVALID_PRODUCER_EPOCH).
+* A producer silent for ``producer.id.expiration.ms`` is forgotten.
+
+The state survives restarts as Kafka keeps it: ``<offset>.snapshot`` files in
+the partition directory, written when a segment rolls and at clean shutdown,
+hold each producer's last batch; loading takes the newest snapshot at or
+below the log end and replays the batch headers after it. Kafka's snapshot
+format (version 1), so the files are the ones an operator knows::
+
+    version int16, crc uint32 (CRC-32C of what follows), count int32,
+    count x [producer_id int64, epoch int16, last_sequence int32,
+             last_offset int64, offset_delta int32, timestamp int64,
+             coordinator_epoch int32, current_txn_first_offset int64]
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+from crc32c import crc32c
+from shoal.broker.log.checkpoint import write_atomically_bytes
+
+from shoal.records import BatchHeader
+
+SNAPSHOT_SUFFIX: Final = ".snapshot"
+SNAPSHOT_VERSION: Final = 1
+CACHED_BATCHES: Final = 5
+INT_MAX: Final = 2**31 - 1
+NO_SEQUENCE: Final = -1
+SNAPSHOTS_KEPT: Final = 2
+
+_HEAD = struct.Struct(">hI")
+_COUNT = struct.Struct(">i")
+_ENTRY = struct.Struct(">qhiqiqiq")
+
+
+class ProducerStateError(Exception):
+    code = "unknown_server_error"
+
+
+class OutOfOrderSequenceError(ProducerStateError):
+    code = "out_of_order_sequence_number"
+
+
+class InvalidProducerEpochError(ProducerStateError):
+    code = "invalid_producer_epoch"
+
+
+class SnapshotCorruptError(ValueError):
+    pass
+
+
+def next_sequence(sequence: int, increment: int) -> int:
+    """Sequences wrap from 2**31 - 1 to 0, as Kafka's DefaultRecordBatch.incrementSequence."""
+    if sequence > INT_MAX - increment:
+        return increment - (INT_MAX - sequence) - 1
+    return sequence + increment
+
+
+@dataclass(frozen=True, slots=True)
+class BatchMetadata:
+    first_sequence: int
+    last_sequence: int
+    first_offset: int
+    last_offset: int
+    timestamp: int
+
+
+@dataclass(slots=True)
+class ProducerEntry:
+    producer_id: int
+    epoch: int
+    batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=CACHED_BATCHES))
+    last_timestamp: int = -1
+
+    @property
+    def last_sequence(self) -> int:
+        return self.batches[-1].last_sequence if self.batches else NO_SEQUENCE
+
+
+def snapshot_path(directory: Path, offset: int) -> Path:
+    return directory / f"{offset:020d}{SNAPSHOT_SUFFIX}"
+
+
+def snapshot_offsets(directory: Path) -> list[int]:
+    return sorted(int(p.name.split(".")[0]) for p in directory.glob("*" + SNAPSHOT_SUFFIX))
+
+
+class ProducerStateManager:
+    """Producer state of one partition. Owned by its Log; event loop thread only."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.producers: dict[int, ProducerEntry] = {}
+
+    def check(self, header: BatchHeader) -> BatchMetadata | None:
+        """Validate an idempotent batch before it is appended.
+
+        Returns the stored batch when this one is a retry of it (append
+        nothing, answer with its offsets), None when it may be appended;
+        raises InvalidProducerEpochError or OutOfOrderSequenceError.
+        """
+        first = header.base_sequence
+        last = next_sequence(first, header.last_offset_delta)
+        entry = self.producers.get(header.producer_id)
+        if entry is None:
+            if first != 0:
+                raise OutOfOrderSequenceError(
+                    f"producer {header.producer_id} is unknown here; its first sequence must"
+                    f" be 0, not {first}"
+                )
+            return None
+        if header.producer_epoch < entry.epoch:
+            raise InvalidProducerEpochError(
+                f"producer {header.producer_id} epoch {header.producer_epoch} is older than"
+                f" {entry.epoch}"
+            )
+        if header.producer_epoch > entry.epoch:
+            if first != 0:
+                raise OutOfOrderSequenceError(
+                    f"a new epoch of producer {header.producer_id} must start at sequence 0"
+                )
+            return None
+        for batch in entry.batches:
+            if batch.first_sequence == first and batch.last_sequence == last:
+                return batch
+        expected = next_sequence(entry.last_sequence, 1) if entry.batches else 0
+        if first != expected:
+            raise OutOfOrderSequenceError(
+                f"producer {header.producer_id} sent sequence {first}, expected {expected}"
+            )
+        return None
+
+    def update(self, header: BatchHeader) -> None:
+        """Record an appended batch (``header`` carries its assigned offsets)."""
+        if header.producer_id < 0:
+            return
+        entry = self.producers.get(header.producer_id)
+        if entry is None or header.producer_epoch > entry.epoch:
+            entry = ProducerEntry(header.producer_id, header.producer_epoch)
+            self.producers[header.producer_id] = entry
+        entry.batches.append(
+            BatchMetadata(
+                header.base_sequence,
+                next_sequence(header.base_sequence, header.last_offset_delta),
+                header.base_offset,
+                header.last_offset,
+                header.max_timestamp,
+            )
+        )
+        entry.last_timestamp = max(entry.last_timestamp, header.max_timestamp)
+
+    def replay(self, headers: Iterable[BatchHeader]) -> None:
+        for header in headers:
+            self.update(header)
+
+    def expire(self, now_ms: int, expiration_ms: int) -> int:
+        doomed = [
+            pid
+            for pid, entry in self.producers.items()
+            if now_ms - entry.last_timestamp >= expiration_ms
+        ]
+        for pid in doomed:
+            del self.producers[pid]
+        return len(doomed)
+
+    # -- snapshots ---------------------------------------------------------------
+
+    def write_snapshot(self, offset: int) -> None:
+        entries = [e for e in self.producers.values() if e.batches]
+        body = bytearray(_COUNT.pack(len(entries)))
+        for entry in entries:
+            last = entry.batches[-1]
+            body += _ENTRY.pack(
+                entry.producer_id,
+                entry.epoch,
+                last.last_sequence,
+                last.last_offset,
+                last.last_offset - last.first_offset,
+                entry.last_timestamp,
+                -1,
+                -1,
+            )
+        data = _HEAD.pack(SNAPSHOT_VERSION, crc32c(bytes(body))) + bytes(body)
+        write_atomically_bytes(snapshot_path(self.directory, offset), data)
+        for old in snapshot_offsets(self.directory)[:-SNAPSHOTS_KEPT]:
+            snapshot_path(self.directory, old).unlink(missing_ok=True)
+
+    def load(self, log_end_offset: int) -> int:
+        """Load the newest usable snapshot at or below the log end; returns its offset (or 0).
+
+        Snapshots past the log end (from before a truncation) and corrupt ones
+        are deleted; the caller replays batches from the returned offset on.
+        """
+        self.producers.clear()
+        for offset in reversed(snapshot_offsets(self.directory)):
+            path = snapshot_path(self.directory, offset)
+            if offset > log_end_offset:
+                path.unlink(missing_ok=True)
+                continue
+            try:
+                self.producers = _read_snapshot(path.read_bytes())
+            except SnapshotCorruptError:
+                path.unlink(missing_ok=True)
+                continue
+            return offset
+        return 0
+
+    def truncate_snapshots_after(self, offset: int) -> None:
+        for snap in snapshot_offsets(self.directory):
+            if snap > offset:
+                snapshot_path(self.directory, snap).unlink(missing_ok=True)
+
+
+def _read_snapshot(data: bytes) -> dict[int, ProducerEntry]:
+    if len(data) < _HEAD.size + _COUNT.size:
+        raise SnapshotCorruptError("snapshot is cut short")
+    version, crc = _HEAD.unpack_from(data)
+    body = data[_HEAD.size :]
+    if version != SNAPSHOT_VERSION or crc32c(body) != crc:
+        raise SnapshotCorruptError("snapshot version or CRC does not match")
+    (count,) = _COUNT.unpack_from(body)
+    if len(body) != _COUNT.size + count * _ENTRY.size:
+        raise SnapshotCorruptError("snapshot size does not match its entry count")
+    producers = {}
+    for i in range(count):
+        pid, epoch, last_seq, last_offset, delta, timestamp, _, _ = _ENTRY.unpack_from(
+            body, _COUNT.size + i * _ENTRY.size
+        )
+        entry = ProducerEntry(pid, epoch, last_timestamp=timestamp)
+        first_seq = (last_seq - delta) % (INT_MAX + 1)
+        entry.batches.append(
+            BatchMetadata(first_seq, last_seq, last_offset - delta, last_offset, timestamp)
+        )
+        producers[pid] = entry
+    return producers
