@@ -17,7 +17,7 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Final
 
 from shoal.broker.cluster.cache import MetadataCache
@@ -25,9 +25,11 @@ from shoal.broker.cluster.etcd_store import EtcdMetadataStore
 from shoal.broker.cluster.model import BrokerRegistration, ClusterImage, NodeId, TopicName
 from shoal.broker.cluster.store import StoreUnavailableError
 from shoal.broker.config import BrokerConfig
+from shoal.broker.coordinator.coordinator import GroupCoordinator
 from shoal.broker.handlers import API_VERSIONS, build_handlers
 from shoal.broker.handlers.base import BrokerServices
 from shoal.broker.log.manager import LogManager, LogManagerSettings
+from shoal.broker.producer_ids import ProducerIdManager
 from shoal.broker.replica_manager import ReplicaManager
 from shoal.broker.server.connection import KafkaConnection
 from shoal.broker.server.dispatcher import Dispatcher
@@ -73,6 +75,10 @@ class Broker:
                 flush_check_interval_ms=config.log_flush_scheduler_interval_ms,
                 recovery_checkpoint_interval_ms=config.log_flush_offset_checkpoint_interval_ms,
                 hw_checkpoint_interval_ms=config.replica_high_watermark_checkpoint_interval_ms,
+                producer_id_expiration_ms=config.producer_id_expiration_ms,
+                producer_id_expiration_check_interval_ms=(
+                    config.producer_id_expiration_check_interval_ms
+                ),
             ),
         )
         store = EtcdMetadataStore(config.etcd)
@@ -85,10 +91,16 @@ class Broker:
             replicas = ReplicaManager(self.node_id, logs, config.topic_defaults)
             logs.load_all(lambda topic: replicas.log_config(first.topics.get(TopicName(topic))))
             cache = MetadataCache(first)
+            groups = GroupCoordinator(
+                replicas, config.group_config(), wall_clock_ms, _partition_exists(cache)
+            )
             replicas.apply(first)
+            groups.on_partitions_changed()
             cache.add_listener(replicas.apply)
+            cache.add_listener(lambda _image: groups.on_partitions_changed())
             following = asyncio.create_task(_follow(images, cache), name="metadata-follow")
             logs.start()
+            groups.start()
             admin = TopicAdmin(
                 store,
                 cache,
@@ -96,8 +108,20 @@ class Broker:
                 config.default_replication_factor,
                 config.max_partitions_per_topic,
             )
-            services = BrokerServices(self.node_id, config, cache, replicas, admin, wall_clock_ms)
-            await self._serve(services, store, cache, stop)
+            services = BrokerServices(
+                self.node_id,
+                config,
+                cache,
+                replicas,
+                admin,
+                groups,
+                ProducerIdManager(store),
+                wall_clock_ms,
+            )
+            try:
+                await self._serve(services, store, cache, stop)
+            finally:
+                await groups.close()
             following.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await following
@@ -154,6 +178,14 @@ class Broker:
                 conn.close()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(server.wait_closed(), 5)
+
+
+def _partition_exists(cache: MetadataCache) -> Callable[[str, int], bool]:
+    def exists(topic: str, partition: int) -> bool:
+        known = cache.image.topics.get(TopicName(topic))
+        return known is not None and 0 <= partition < known.record.partition_count
+
+    return exists
 
 
 async def _follow(images: AsyncIterator[ClusterImage], cache: MetadataCache) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+from shoal.broker.coordinator.config import GroupConfig
 from shoal.broker.log.config import validate_broker_defaults
 
 
@@ -81,6 +82,50 @@ class BrokerConfig(BaseSettings):
         description="Broker-wide defaults of topic configs, by Kafka broker property:"
         " log.retention.ms=86400000 (repeatable). SHOAL_TOPIC_DEFAULTS takes a JSON object.",
     )
+    offsets_topic_num_partitions: int = Field(
+        50, ge=1, description="Partitions of __consumer_offsets (offsets.topic.num.partitions)."
+    )
+    offsets_topic_replication_factor: int = Field(
+        3,
+        ge=1,
+        description="Replicas of __consumer_offsets (offsets.topic.replication.factor); until"
+        " this many brokers are up, groups get COORDINATOR_NOT_AVAILABLE.",
+    )
+    offsets_retention_minutes: int = Field(
+        10080,
+        ge=1,
+        description="How long committed offsets of a group without members are kept"
+        " (offsets.retention.minutes).",
+    )
+    offsets_retention_check_interval_ms: int = Field(
+        600000, ge=10, description="How often expired offsets are removed."
+    )
+    offset_metadata_max_bytes: int = Field(
+        4096, ge=0, description="Largest metadata string of a committed offset."
+    )
+    group_min_session_timeout_ms: int = Field(
+        6000, ge=1, description="Shortest session timeout a group member may ask for."
+    )
+    group_max_session_timeout_ms: int = Field(
+        1800000, ge=1, description="Longest session timeout a group member may ask for."
+    )
+    group_initial_rebalance_delay_ms: int = Field(
+        3000,
+        ge=0,
+        description="How long the first rebalance of an empty group waits for more members.",
+    )
+    group_max_size: int = Field(
+        2**31 - 1, ge=1, description="Most members a group may have (group.max.size)."
+    )
+    producer_id_expiration_ms: int = Field(
+        86400000,
+        ge=1,
+        description="How long an idle idempotent producer's state is kept"
+        " (producer.id.expiration.ms).",
+    )
+    producer_id_expiration_check_interval_ms: int = Field(
+        600000, ge=10, description="How often idle producers' state is dropped."
+    )
     broker_session_timeout_ms: int = Field(
         9000,
         ge=2000,
@@ -98,6 +143,19 @@ class BrokerConfig(BaseSettings):
         if value is not None:
             split_host_port(value)
         return value
+
+    def group_config(self) -> GroupConfig:
+        return GroupConfig(
+            min_session_timeout_ms=self.group_min_session_timeout_ms,
+            max_session_timeout_ms=self.group_max_session_timeout_ms,
+            initial_rebalance_delay_ms=self.group_initial_rebalance_delay_ms,
+            max_size=self.group_max_size,
+            offsets_retention_ms=self.offsets_retention_minutes * 60_000,
+            offsets_retention_check_interval_ms=self.offsets_retention_check_interval_ms,
+            offset_metadata_max_bytes=self.offset_metadata_max_bytes,
+            offsets_topic_num_partitions=self.offsets_topic_num_partitions,
+            offsets_topic_replication_factor=self.offsets_topic_replication_factor,
+        )
 
     @property
     def listen_address(self) -> tuple[str, int]:

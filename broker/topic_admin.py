@@ -37,6 +37,7 @@ from shoal.broker.log.config import TOPIC_CONFIGS, InvalidConfigError, validate_
 log = logging.getLogger(__name__)
 
 MAX_TOPIC_NAME: Final = 249
+INTERNAL_TOPICS: Final = frozenset({"__consumer_offsets", "__transaction_state"})
 _LEGAL_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
 _IMAGE_WAIT_S: Final = 10.0
 
@@ -155,8 +156,12 @@ class TopicAdmin:
         assignment: Mapping[int, Sequence[int]],
         configs: Mapping[str, str | None],
         validate_only: bool,
+        internal: bool = False,
     ) -> TopicRecord:
+        """Create a topic; ``internal`` is for the broker's own topics, never for clients."""
         validate_topic_name(name)
+        if name in INTERNAL_TOPICS and not internal:
+            raise AdminError("invalid_request", f"Creation of internal topic {name} is prohibited.")
         image = self.cache.image
         if name in image.topics:
             raise AdminError("topic_already_exists", f"Topic '{name}' already exists.")
@@ -222,6 +227,8 @@ class TopicAdmin:
 
     async def delete(self, name: str) -> uuid.UUID:
         topic = self._topic(name)
+        if name in INTERNAL_TOPICS:
+            raise AdminError("invalid_request", f"Internal topic {name} cannot be deleted.")
         try:
             revision = await self.store.delete_topic(TopicName(name))
         except UnknownTopicError as exc:

@@ -54,6 +54,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_ROOT: Final = "/shoal"
 _RETRY_S: Final = 1.0
+_CAS_ATTEMPTS: Final = 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,6 +243,26 @@ class EtcdMetadataStore:
         if not ok:
             raise ConflictError(f"Topic '{record.name}' changed concurrently; retry.")
         return int(responses[0].response_put.header.revision)
+
+    # -- producer ids ----------------------------------------------------------
+
+    async def allocate_producer_ids(self, count: int) -> int:
+        """Take the next block of ids by compare-and-swap on one counter, as Kafka's controller
+        hands out blocks (AllocateProducerIds): ids never repeat across brokers or restarts."""
+        key = self._key("producer-ids", "next")
+        t = self._client.transactions
+        for _ in range(_CAS_ATTEMPTS):
+            current = await self._call(self._client.get(key))
+            start = int(current.value) if current is not None else 0
+            guard = t.version(key) == 0 if current is None else t.mod(key) == current.mod_revision
+            ok, _ = await self._call(
+                self._client.transaction(
+                    compare=[guard], success=[t.put(key, str(start + count).encode())], failure=[]
+                )
+            )
+            if ok:
+                return start
+        raise ConflictError("producer id allocation kept losing compare-and-swap; retry")
 
     # -- images ----------------------------------------------------------------
 

@@ -76,6 +76,10 @@ class MetadataStore(Protocol):
         """Replace a topic record if it is still at ``expected_revision``; ConflictError if not."""
         ...
 
+    async def allocate_producer_ids(self, count: int) -> int:
+        """Reserve ``count`` producer ids for this broker; returns the first (cluster-unique)."""
+        ...
+
     def images(self) -> AsyncIterator[ClusterImage]:
         """The current image, then a new one after every change, until closed."""
         ...

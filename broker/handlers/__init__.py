@@ -17,9 +17,30 @@ from shoal.broker.handlers.configs import (
 )
 from shoal.broker.handlers.coordinator import handle_find_coordinator
 from shoal.broker.handlers.fetch import handle_fetch
+from shoal.broker.handlers.group_offsets import (
+    handle_offset_commit,
+    handle_offset_delete,
+    handle_offset_fetch,
+)
+from shoal.broker.handlers.groups import (
+    handle_delete_groups,
+    handle_describe_groups,
+    handle_heartbeat,
+    handle_join_group,
+    handle_leave_group,
+    handle_list_groups,
+    handle_sync_group,
+)
 from shoal.broker.handlers.metadata import MetadataResponder, handle_describe_cluster
 from shoal.broker.handlers.offsets import handle_list_offsets, handle_offset_for_leader_epoch
 from shoal.broker.handlers.produce import handle_produce
+from shoal.broker.handlers.producers import (
+    handle_add_offsets_to_txn,
+    handle_add_partitions_to_txn,
+    handle_end_txn,
+    handle_init_producer_id,
+    handle_txn_offset_commit,
+)
 from shoal.broker.handlers.topics import (
     handle_create_partitions,
     handle_create_topics,
@@ -30,14 +51,29 @@ PRODUCE: Final = 0
 FETCH: Final = 1
 LIST_OFFSETS: Final = 2
 METADATA: Final = 3
+OFFSET_COMMIT: Final = 8
+OFFSET_FETCH: Final = 9
 FIND_COORDINATOR: Final = 10
+JOIN_GROUP: Final = 11
+HEARTBEAT: Final = 12
+LEAVE_GROUP: Final = 13
+SYNC_GROUP: Final = 14
+DESCRIBE_GROUPS: Final = 15
+LIST_GROUPS: Final = 16
 API_VERSIONS_KEY: Final = 18
 CREATE_TOPICS: Final = 19
 DELETE_TOPICS: Final = 20
+INIT_PRODUCER_ID: Final = 22
 OFFSET_FOR_LEADER_EPOCH: Final = 23
+ADD_PARTITIONS_TO_TXN: Final = 24
+ADD_OFFSETS_TO_TXN: Final = 25
+END_TXN: Final = 26
+TXN_OFFSET_COMMIT: Final = 28
 DESCRIBE_CONFIGS: Final = 32
 CREATE_PARTITIONS: Final = 37
+DELETE_GROUPS: Final = 42
 INCREMENTAL_ALTER_CONFIGS: Final = 44
+OFFSET_DELETE: Final = 47
 DESCRIBE_CLUSTER: Final = 60
 
 API_VERSIONS: Final[dict[int, tuple[int, int]]] = {
@@ -45,14 +81,29 @@ API_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     FETCH: (4, 16),
     LIST_OFFSETS: (1, 8),
     METADATA: (0, 12),
+    OFFSET_COMMIT: (2, 9),
+    OFFSET_FETCH: (1, 9),
     FIND_COORDINATOR: (0, 4),
+    JOIN_GROUP: (2, 9),
+    HEARTBEAT: (0, 4),
+    LEAVE_GROUP: (0, 5),
+    SYNC_GROUP: (0, 5),
+    DESCRIBE_GROUPS: (0, 5),
+    LIST_GROUPS: (0, 5),
     API_VERSIONS_KEY: (0, 4),
     CREATE_TOPICS: (2, 7),
     DELETE_TOPICS: (1, 6),
+    INIT_PRODUCER_ID: (0, 5),
     OFFSET_FOR_LEADER_EPOCH: (2, 4),
+    ADD_PARTITIONS_TO_TXN: (0, 3),
+    ADD_OFFSETS_TO_TXN: (0, 3),
+    END_TXN: (0, 3),
+    TXN_OFFSET_COMMIT: (0, 3),
     DESCRIBE_CONFIGS: (1, 4),
     CREATE_PARTITIONS: (0, 3),
+    DELETE_GROUPS: (0, 2),
     INCREMENTAL_ALTER_CONFIGS: (0, 1),
+    OFFSET_DELETE: (0, 0),
     DESCRIBE_CLUSTER: (0, 1),
 }
 
@@ -64,13 +115,28 @@ def build_handlers() -> dict[int, Handler]:
         FETCH: handle_fetch,
         LIST_OFFSETS: handle_list_offsets,
         METADATA: MetadataResponder().handle,
+        OFFSET_COMMIT: handle_offset_commit,
+        OFFSET_FETCH: handle_offset_fetch,
         FIND_COORDINATOR: handle_find_coordinator,
+        JOIN_GROUP: handle_join_group,
+        HEARTBEAT: handle_heartbeat,
+        LEAVE_GROUP: handle_leave_group,
+        SYNC_GROUP: handle_sync_group,
+        DESCRIBE_GROUPS: handle_describe_groups,
+        LIST_GROUPS: handle_list_groups,
         API_VERSIONS_KEY: ApiVersionsResponder(API_VERSIONS).handle,
         CREATE_TOPICS: handle_create_topics,
         DELETE_TOPICS: handle_delete_topics,
+        INIT_PRODUCER_ID: handle_init_producer_id,
         OFFSET_FOR_LEADER_EPOCH: handle_offset_for_leader_epoch,
+        ADD_PARTITIONS_TO_TXN: handle_add_partitions_to_txn,
+        ADD_OFFSETS_TO_TXN: handle_add_offsets_to_txn,
+        END_TXN: handle_end_txn,
+        TXN_OFFSET_COMMIT: handle_txn_offset_commit,
         DESCRIBE_CONFIGS: handle_describe_configs,
         CREATE_PARTITIONS: handle_create_partitions,
+        DELETE_GROUPS: handle_delete_groups,
         INCREMENTAL_ALTER_CONFIGS: handle_incremental_alter_configs,
+        OFFSET_DELETE: handle_offset_delete,
         DESCRIBE_CLUSTER: handle_describe_cluster,
     }

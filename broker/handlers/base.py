@@ -18,7 +18,9 @@ from typing import Any, Final
 from shoal.broker.cluster.cache import MetadataCache
 from shoal.broker.cluster.model import ClusterImage, NodeId, TopicImage, TopicName
 from shoal.broker.config import BrokerConfig
+from shoal.broker.coordinator.coordinator import GroupCoordinator
 from shoal.broker.partition import NotLeaderError, Partition, UnknownPartitionError
+from shoal.broker.producer_ids import ProducerIdManager
 from shoal.broker.replica_manager import ReplicaManager
 from shoal.broker.server.connection import ConnectionInfo
 from shoal.broker.topic_admin import TopicAdmin
@@ -59,6 +61,8 @@ class BrokerServices:
     cache: MetadataCache
     replicas: ReplicaManager
     admin: TopicAdmin
+    groups: GroupCoordinator
+    producer_ids: ProducerIdManager
     clock: Callable[[], int]
 
     @property

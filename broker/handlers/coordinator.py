@@ -1,54 +1,109 @@
-"""FindCoordinator (10): no coordinator yet, said the way Kafka says it.
+"""FindCoordinator (10): which broker coordinates a group (single and batched forms).
 
-Group and transaction coordinators arrive with the consumer-groups and
-transactions issues. Until then every lookup answers COORDINATOR_NOT_AVAILABLE,
-which is what a Kafka broker answers while its coordinators are loading:
-clients retry instead of failing or hanging. Serving the API at all also
-matters to librdkafka, which enables lz4 only for brokers that list it.
+A group's coordinator is the leader of its ``__consumer_offsets`` partition.
+The topic is created on the first lookup, with the broker's
+``offsets.topic.*`` settings, as Kafka creates it; until it exists, or while
+its partition has no leader, the answer is COORDINATOR_NOT_AVAILABLE and
+clients retry. Transactional ids get a clear refusal instead: there is no
+transaction coordinator yet.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Final
 
+from shoal.broker.cluster.model import TopicName
+from shoal.broker.coordinator.coordinator import OFFSETS_TOPIC
 from shoal.broker.handlers.base import NO_THROTTLE, BrokerServices, E, RequestContext
+from shoal.broker.topic_admin import AdminError
 
-KEY_TYPES: Final = {0: "group", 1: "transaction"}
-_NOT_YET: Final = "Shoal does not run {kind} coordinators yet."
+from shoal.wire import ErrorCode
+
+log = logging.getLogger(__name__)
+
+GROUP: Final = 0
+TRANSACTION: Final = 1
+BATCHED_VERSION: Final = 4
+NO_TRANSACTIONS: Final = "Shoal does not support transactions yet."
 
 
-def _lookup(key_type: int) -> tuple[Any, str]:
-    kind = KEY_TYPES.get(key_type)
-    if kind is None:
-        return E.invalid_request, f"Unknown coordinator key type {key_type}."
-    return E.coordinator_not_available, _NOT_YET.format(kind=kind)
+async def ensure_offsets_topic(services: BrokerServices) -> str | None:
+    """Create __consumer_offsets if it is missing; a reason when it cannot be had now."""
+    if TopicName(OFFSETS_TOPIC) in services.image.topics:
+        return None
+    config = services.groups.config
+    try:
+        await services.admin.create(
+            OFFSETS_TOPIC,
+            config.offsets_topic_num_partitions,
+            config.offsets_topic_replication_factor,
+            {},
+            {
+                "cleanup.policy": "compact",
+                "segment.bytes": str(config.offsets_topic_segment_bytes),
+            },
+            validate_only=False,
+            internal=True,
+        )
+    except AdminError as exc:
+        if exc.code != "topic_already_exists":
+            log.warning(
+                "event=offsets_topic_unavailable reason=%s hint=%s",
+                exc.message,
+                "set SHOAL_OFFSETS_TOPIC_REPLICATION_FACTOR to at most the number of brokers",
+            )
+            return exc.message
+    return None
+
+
+async def _lookup(
+    services: BrokerServices, key_type: int, key: str
+) -> tuple[ErrorCode, str | None, int, str, int]:
+    """(error, message, node id, host, port) for one key."""
+    if key_type == TRANSACTION:
+        return E.invalid_request, NO_TRANSACTIONS, -1, "", -1
+    if key_type != GROUP:
+        return E.invalid_request, f"Unknown coordinator key type {key_type}.", -1, "", -1
+    problem = await ensure_offsets_topic(services)
+    if problem is not None:
+        return E.coordinator_not_available, problem, -1, "", -1
+    image = services.image
+    topic = image.topics.get(TopicName(OFFSETS_TOPIC))
+    state = topic.partitions.get(services.groups.partition_of(key)) if topic else None
+    broker = image.brokers.get(state.leader) if state else None
+    if broker is None:
+        return E.coordinator_not_available, "The group's partition has no leader.", -1, "", -1
+    return E.none, None, broker.node_id, broker.host, broker.port
 
 
 async def handle_find_coordinator(
     services: BrokerServices, ctx: RequestContext, request: Any
 ) -> Any:
     api = ctx.api
-    key_type = getattr(request, "key_type", 0)
-    code, message = _lookup(key_type)
-    if ctx.version >= 4:
-        coordinators = tuple(
-            api.make(
-                "Coordinator",
-                key=key,
-                node_id=-1,
-                host="",
-                port=-1,
-                error_code=code,
-                error_message=message,
+    key_type = getattr(request, "key_type", GROUP)
+    if ctx.version >= BATCHED_VERSION:
+        coordinators = []
+        for key in request.coordinator_keys:
+            code, message, node, host, port = await _lookup(services, key_type, key)
+            coordinators.append(
+                api.make(
+                    "Coordinator",
+                    key=key,
+                    node_id=node,
+                    host=host,
+                    port=port,
+                    error_code=code,
+                    error_message=message,
+                )
             )
-            for key in request.coordinator_keys
-        )
-        return api.response(throttle_time=NO_THROTTLE, coordinators=coordinators)
+        return api.response(throttle_time=NO_THROTTLE, coordinators=tuple(coordinators))
+    code, message, node, host, port = await _lookup(services, key_type, request.key)
     return api.response(
         throttle_time=NO_THROTTLE,
         error_code=code,
         error_message=message,
-        node_id=-1,
-        host="",
-        port=-1,
+        node_id=node,
+        host=host,
+        port=port,
     )

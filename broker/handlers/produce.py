@@ -1,7 +1,10 @@
 """Produce (0): append the client's batches, as they are, to partition leaders.
 
 Kafka's rules for v3 and later: exactly one magic-2 batch per partition;
-zstd only from v7; acks must be 0, 1 or -1. Errors are per partition. With
+zstd only from v7; acks must be 0, 1 or -1; nothing from clients into
+internal topics. Batches of idempotent producers are checked against their
+producer's sequence (a retry is answered with its original offset and not
+stored twice). Errors are per partition. With
 acks=0 the client reads no response, so an error closes the connection
 instead, which is how Kafka tells such a client that something went wrong.
 """
@@ -10,6 +13,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+from dataclasses import dataclass
 from typing import Any, Final
 
 from shoal.broker.handlers.base import NO_THROTTLE, BrokerServices, E, RequestContext, error
@@ -17,11 +21,14 @@ from shoal.broker.log.log import (
     CorruptRecordError,
     InvalidRecordError,
     InvalidTimestampError,
+    InvalidTxnStateError,
     LogError,
     RecordTooLargeError,
 )
+from shoal.broker.log.producer_state import ProducerStateError
 from shoal.broker.partition import Partition, PartitionError
 from shoal.broker.server.connection import CloseConnectionError
+from shoal.broker.topic_admin import INTERNAL_TOPICS
 
 from shoal.records import Compression, InvalidBatchError, parse_header
 from shoal.wire import ErrorCode
@@ -34,6 +41,7 @@ _LOG_ERRORS: Final[dict[type[LogError], ErrorCode]] = {
     InvalidRecordError: E.invalid_record,
     RecordTooLargeError: E.message_too_large,
     InvalidTimestampError: E.invalid_timestamp,
+    InvalidTxnStateError: E.invalid_txn_state,
 }
 
 
@@ -67,6 +75,42 @@ def _check_single_batch(version: int, records: bytes | None) -> None:
         raise _RefusedError(E.unsupported_compression_type, "zstd needs Produce v7 or later")
 
 
+@dataclass(frozen=True, slots=True)
+class _Outcome:
+    code: ErrorCode
+    message: str | None = None
+    partition: Partition | None = None
+    base_offset: int = -1
+    log_append_time: datetime.datetime | None = None
+    log_start_offset: int = -1
+
+
+def _produce_one(
+    services: BrokerServices, ctx: RequestContext, acks: int, topic: str, data: Any
+) -> _Outcome:
+    """Append one partition's batch; the outcome, error or not, for the response."""
+    try:
+        if acks not in (0, 1, -1):
+            raise _RefusedError(E.invalid_required_acks, f"acks={acks}; use 0, 1 or -1")
+        if topic in INTERNAL_TOPICS:
+            raise _RefusedError(E.invalid_topic_exception, f"clients may not write to {topic}")
+        partition = services.partition(topic, data.index)
+        _check_single_batch(ctx.version, data.records)
+        info = partition.append_as_leader(data.records, acks)
+    except _RefusedError as exc:
+        return _Outcome(exc.code, str(exc))
+    except LogError as exc:
+        return _Outcome(_LOG_ERRORS.get(type(exc), E.unknown_server_error), str(exc))
+    except (PartitionError, ProducerStateError) as exc:
+        return _Outcome(error(exc.code), str(exc))
+    append_time = None
+    if info.log_append_time >= 0:
+        append_time = datetime.datetime.fromtimestamp(info.log_append_time / 1000, datetime.UTC)
+    return _Outcome(
+        E.none, None, partition, info.first_offset, append_time, partition.log.log_start_offset
+    )
+
+
 async def handle_produce(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     api = ctx.api
     acks = request.acks
@@ -76,45 +120,28 @@ async def handle_produce(services: BrokerServices, ctx: RequestContext, request:
     for topic in request.topic_data:
         results = []
         for data in topic.partition_data:
-            code, message, base_offset, append_time, start = E.none, None, -1, None, -1
-            try:
-                if acks not in (0, 1, -1):
-                    raise _RefusedError(E.invalid_required_acks, f"acks={acks}; use 0, 1 or -1")
-                partition = services.partition(topic.name, data.index)
-                _check_single_batch(ctx.version, data.records)
-                info = partition.append_as_leader(data.records, acks)
-                appended.append(partition)
-                base_offset = info.first_offset
-                if info.log_append_time >= 0:
-                    append_time = datetime.datetime.fromtimestamp(
-                        info.log_append_time / 1000, datetime.UTC
-                    )
-                start = partition.log.log_start_offset
-            except _RefusedError as exc:
-                code, message = exc.code, str(exc)
-            except LogError as exc:
-                code, message = _LOG_ERRORS.get(type(exc), E.unknown_server_error), str(exc)
-            except PartitionError as exc:
-                code, message = error(exc.code), str(exc)
-            if code is not E.none:
+            outcome = _produce_one(services, ctx, acks, topic.name, data)
+            if outcome.partition is not None:
+                appended.append(outcome.partition)
+            if outcome.code is not E.none:
                 failed = True
                 log.info(
                     "event=produce_refused topic=%s partition=%d error=%s reason=%s",
                     topic.name,
                     data.index,
-                    code.name,
-                    message,
+                    outcome.code.name,
+                    outcome.message,
                 )
             results.append(
                 api.make(
                     "PartitionProduceResponse",
                     index=data.index,
-                    error_code=code,
-                    base_offset=base_offset,
-                    log_append_time=append_time,
-                    log_start_offset=start,
+                    error_code=outcome.code,
+                    base_offset=outcome.base_offset,
+                    log_append_time=outcome.log_append_time,
+                    log_start_offset=outcome.log_start_offset,
                     record_errors=(),
-                    error_message=message,
+                    error_message=outcome.message,
                 )
             )
         topics.append(

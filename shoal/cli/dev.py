@@ -118,7 +118,8 @@ class DevCluster:
                 await etcd.stop()
 
     async def _start_broker(self, etcd_url: str) -> asyncio.subprocess.Process:
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        # One broker: the offsets topic cannot have Kafka's default three replicas.
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "SHOAL_OFFSETS_TOPIC_REPLICATION_FACTOR": "1"}
         return await asyncio.create_subprocess_exec(
             sys.executable,
             "-P",

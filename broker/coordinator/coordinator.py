@@ -1,0 +1,997 @@
+"""The group coordinator: Kafka's classic rebalance protocol and committed offsets.
+
+A group belongs to one partition of ``__consumer_offsets`` (by
+:func:`~shoal.broker.coordinator.records.partition_for`), and that partition's
+leader coordinates it. Everything a group must not forget (its generation,
+members and assignments after each rebalance, its committed offsets) is
+appended to that partition before the client hears "done"; when a broker
+becomes the partition's leader it reads the partition back and knows the
+groups again (answering COORDINATOR_LOAD_IN_PROGRESS meanwhile).
+
+Timers, all on the event loop:
+
+* join: a rebalance waits for every member to rejoin, at most the largest
+  rebalance timeout; a first rebalance of an empty group waits
+  ``group.initial.rebalance.delay.ms`` more for others to arrive, extended
+  while they keep arriving (as Kafka's InitialDelayedJoin);
+* sync: after the join, the leader has the rebalance timeout to send its
+  assignment; members that did not sync by then are removed;
+* heartbeat: a member silent for its session timeout is removed, except while
+  it waits in a join or a sync, which have their own deadlines;
+* pending member (KIP-394): a member id handed out with MEMBER_ID_REQUIRED
+  is forgotten if not used within the session timeout.
+
+All methods run on the event loop thread; a request handler awaits the join
+or sync future of its member, never a lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from shoal.broker.coordinator.config import GroupConfig
+from shoal.broker.coordinator.group import CommittedOffset, Group, GroupState, Member
+from shoal.broker.coordinator.records import (
+    GroupKey,
+    OffsetKey,
+    OffsetValue,
+    RecordFormatError,
+    group_key,
+    group_value,
+    offset_key,
+    offset_value,
+    parse_group_value,
+    parse_key,
+    parse_offset_value,
+    partition_for,
+)
+from shoal.broker.log.log import LogError
+from shoal.broker.partition import Partition, PartitionError
+from shoal.broker.replica_manager import ReplicaManager
+
+from shoal.records import BatchOptions, NewRecord, build_batch, iter_batches, iter_records
+from shoal.wire import ErrorCode
+
+log = logging.getLogger(__name__)
+
+OFFSETS_TOPIC: Final = "__consumer_offsets"
+E = ErrorCode
+NO_GENERATION: Final = -1
+_LOAD_CHUNK: Final = 16 * 1024 * 1024
+NEW_MEMBER_JOIN_TIMEOUT_MS: Final = 300_000
+
+
+@dataclass(frozen=True, slots=True)
+class JoinResult:
+    error: ErrorCode
+    generation: int = NO_GENERATION
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader: str = ""
+    member_id: str = ""
+    members: tuple[tuple[str, str | None, bytes], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SyncResult:
+    error: ErrorCode
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    assignment: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedGroup:
+    error: ErrorCode
+    group_id: str
+    state: str
+    protocol_type: str
+    protocol_name: str
+    members: tuple[Member, ...]
+
+
+class CoordinatorError(Exception):
+    def __init__(self, code: ErrorCode, message: str = "") -> None:
+        super().__init__(message or code.name)
+        self.code = code
+
+
+class GroupCoordinator:
+    def __init__(
+        self,
+        replicas: ReplicaManager,
+        config: GroupConfig,
+        clock: Callable[[], int],
+        topic_exists: Callable[[str, int], bool],
+    ) -> None:
+        self.replicas = replicas
+        self.config = config
+        self.clock = clock
+        self.topic_exists = topic_exists
+        self.groups: dict[str, Group] = {}
+        self.loaded: set[int] = set()
+        self.loading: dict[int, asyncio.Task[None]] = {}
+        self._expiry: asyncio.Task[None] | None = None
+
+    # -- ownership ---------------------------------------------------------------
+
+    @property
+    def partitions(self) -> int:
+        return self.config.offsets_topic_num_partitions
+
+    def partition_of(self, group_id: str) -> int:
+        return partition_for(group_id, self.partitions)
+
+    def owner_error(self, group_id: str) -> ErrorCode | None:
+        """Why this broker cannot serve ``group_id`` now, or None if it can."""
+        index = self.partition_of(group_id)
+        if index in self.loaded:
+            return None
+        if index in self.loading:
+            return E.coordinator_load_in_progress
+        partition = self.replicas.get(OFFSETS_TOPIC, index)
+        if partition is None or not partition.is_leader:
+            return E.not_coordinator
+        return E.coordinator_load_in_progress
+
+    def on_partitions_changed(self) -> None:
+        """Load offsets partitions this broker now leads; forget those it lost."""
+        led = {
+            index
+            for (topic, index), partition in self.replicas.partitions.items()
+            if topic == OFFSETS_TOPIC and partition.is_leader
+        }
+        for index in led - self.loaded - set(self.loading):
+            self.loading[index] = asyncio.get_running_loop().create_task(
+                self._load(index), name=f"load-offsets-{index}"
+            )
+        for index in (self.loaded | set(self.loading)) - led:
+            self._unload(index)
+
+    def start(self) -> None:
+        self._expiry = asyncio.get_running_loop().create_task(self._expire_forever())
+
+    async def close(self) -> None:
+        if self._expiry is not None:
+            self._expiry.cancel()
+        for task in self.loading.values():
+            task.cancel()
+        for index in list(self.loaded):
+            self._unload(index)
+
+    async def _load(self, index: int) -> None:
+        partition = self.replicas.get(OFFSETS_TOPIC, index)
+        try:
+            if partition is not None:
+                groups = self._read_groups(partition)
+                now = self.clock()
+                for group in groups.values():
+                    self.groups[group.group_id] = group
+                    for member in group.members.values():
+                        self._schedule_heartbeat(group, member)
+                    if group.state is GroupState.EMPTY and group.state_timestamp < 0:
+                        group.state_timestamp = now
+                log.info(
+                    "event=offsets_partition_loaded partition=%d groups=%d", index, len(groups)
+                )
+            self.loaded.add(index)
+        except (LogError, RecordFormatError, OSError):
+            log.exception("event=offsets_partition_load_failed partition=%d", index)
+        finally:
+            self.loading.pop(index, None)
+
+    def _read_groups(self, partition: Partition) -> dict[str, Group]:
+        """Replay the partition: the latest record per key wins, null values delete."""
+        offsets: dict[str, dict[tuple[str, int], CommittedOffset | None]] = {}
+        metadata: dict[str, Group | None] = {}
+        plog = partition.log
+        position = plog.log_start_offset
+        while position < partition.high_watermark:
+            chunk = plog.read(position, _LOAD_CHUNK, partition.high_watermark, min_one=True)
+            if chunk is None:
+                break
+            data = os.pread(chunk.file.fileno(), chunk.size, chunk.position)
+            for at, header in iter_batches(data):
+                for record in iter_records(data[at : at + header.size]):
+                    if record.offset < position or record.key is None:
+                        continue
+                    key = parse_key(record.key)
+                    if isinstance(key, OffsetKey):
+                        entry = offsets.setdefault(key.group, {})
+                        tp = (key.topic, key.partition)
+                        if record.value is None:
+                            entry[tp] = None
+                        else:
+                            v = parse_offset_value(record.value)
+                            entry[tp] = CommittedOffset(
+                                v.offset,
+                                v.leader_epoch,
+                                v.metadata,
+                                v.commit_timestamp,
+                                v.expire_timestamp,
+                            )
+                    elif isinstance(key, GroupKey):
+                        metadata[key.group] = (
+                            None
+                            if record.value is None
+                            else Group.from_value(key.group, parse_group_value(record.value))
+                        )
+                position = header.next_offset
+        groups: dict[str, Group] = {}
+        for group_id in set(offsets) | set(metadata):
+            group = metadata.get(group_id) or Group(group_id)
+            group.offsets = {
+                tp: value for tp, value in offsets.get(group_id, {}).items() if value is not None
+            }
+            if group.members or group.offsets or metadata.get(group_id) is not None:
+                groups[group_id] = group
+        return groups
+
+    def _unload(self, index: int) -> None:
+        task = self.loading.pop(index, None)
+        if task is not None:
+            task.cancel()
+        self.loaded.discard(index)
+        for group_id in [g for g in self.groups if self.partition_of(g) == index]:
+            group = self.groups.pop(group_id)
+            self._cancel_timers(group)
+            for member in group.members.values():
+                _resolve(member.join_future, JoinResult(E.not_coordinator))
+                _resolve(member.sync_future, SyncResult(E.not_coordinator))
+        log.info("event=offsets_partition_unloaded partition=%d", index)
+
+    # -- persistence -------------------------------------------------------------
+
+    async def _append(self, group_id: str, entries: Sequence[tuple[bytes, bytes | None]]) -> None:
+        """Append records to the group's partition; CoordinatorError if they cannot land."""
+        partition = self.replicas.get(OFFSETS_TOPIC, self.partition_of(group_id))
+        if partition is None or not partition.is_leader:
+            raise CoordinatorError(E.not_coordinator)
+        batch = build_batch(
+            [NewRecord(key, value) for key, value in entries], options=BatchOptions()
+        )
+        try:
+            partition.append_as_leader(batch, -1)
+        except (LogError, PartitionError, OSError) as exc:
+            log.warning("event=offsets_append_failed group=%s error=%s", group_id, exc)
+            raise CoordinatorError(E.coordinator_not_available, str(exc)) from exc
+
+    async def _store_group(self, group: Group) -> None:
+        await self._append(
+            group.group_id, [(group_key(group.group_id), group_value(group.to_value()))]
+        )
+
+    # -- timers ------------------------------------------------------------------
+
+    def _later(
+        self, delay_ms: int, callback: Callable[..., None], *args: Any
+    ) -> asyncio.TimerHandle:
+        return asyncio.get_running_loop().call_later(delay_ms / 1000, callback, *args)
+
+    def _schedule_heartbeat(self, group: Group, member: Member) -> None:
+        if member.heartbeat_timer is not None:
+            member.heartbeat_timer.cancel()
+        member.heartbeat_timer = self._later(
+            member.session_timeout_ms, self._heartbeat_expired, group, member
+        )
+
+    def _heartbeat_expired(self, group: Group, member: Member) -> None:
+        member.heartbeat_timer = None
+        if group.members.get(member.member_id) is not member:
+            return
+        if member.awaiting_join and not member.is_new:
+            return
+        if member.awaiting_sync:
+            return
+        log.info(
+            "event=member_expired group=%s member=%s session_timeout_ms=%d",
+            group.group_id,
+            member.member_id,
+            member.session_timeout_ms,
+        )
+        self._remove_member(group, member.member_id)
+
+    def _cancel_timers(self, group: Group) -> None:
+        for handle in (group.join_timer, group.sync_timer, *group.pending_members.values()):
+            if handle is not None:
+                handle.cancel()
+        for member in group.members.values():
+            if member.heartbeat_timer is not None:
+                member.heartbeat_timer.cancel()
+
+    # -- rebalancing ---------------------------------------------------------------
+
+    def _prepare_rebalance(self, group: Group, reason: str) -> None:
+        if group.is_(GroupState.COMPLETING_REBALANCE):
+            for member in group.members.values():
+                _resolve(member.sync_future, SyncResult(E.rebalance_in_progress))
+        if group.sync_timer is not None:
+            group.sync_timer.cancel()
+            group.sync_timer = None
+        if group.join_timer is not None:
+            group.join_timer.cancel()
+        initial = group.is_(GroupState.EMPTY)
+        group.initial_join = initial
+        group.transition(GroupState.PREPARING_REBALANCE, self.clock())
+        log.info(
+            "event=rebalance_started group=%s generation=%d members=%d reason=%s",
+            group.group_id,
+            group.generation,
+            len(group.members),
+            reason,
+        )
+        if initial:
+            delay = self.config.initial_rebalance_delay_ms
+            remaining = max(group.max_rebalance_timeout_ms - delay, 0)
+            group.new_member_added = False
+            group.join_timer = self._later(delay, self._initial_join_tick, group, delay, remaining)
+        else:
+            group.join_timer = self._later(
+                group.max_rebalance_timeout_ms, self._complete_join, group
+            )
+            self._maybe_complete_join(group)
+
+    def _initial_join_tick(self, group: Group, delay: int, remaining: int) -> None:
+        if group.new_member_added and remaining > 0:
+            group.new_member_added = False
+            step = min(delay, remaining)
+            group.join_timer = self._later(
+                step, self._initial_join_tick, group, delay, max(remaining - step, 0)
+            )
+            return
+        self._complete_join(group)
+
+    def _maybe_complete_join(self, group: Group) -> None:
+        """End the join phase early once everyone rejoined (never during the initial delay)."""
+        if (
+            group.is_(GroupState.PREPARING_REBALANCE)
+            and group.all_rejoined()
+            and not group.initial_join
+        ):
+            self._complete_join(group)
+
+    def _complete_join(self, group: Group) -> None:
+        if group.join_timer is not None:
+            group.join_timer.cancel()
+            group.join_timer = None
+        group.initial_join = False
+        if not group.is_(GroupState.PREPARING_REBALANCE):
+            return
+        for member in [m for m in group.members.values() if not m.awaiting_join]:
+            log.info(
+                "event=member_removed group=%s member=%s reason=did_not_rejoin",
+                group.group_id,
+                member.member_id,
+            )
+            self._drop(group, member, JoinResult(E.unknown_member_id))
+        now = self.clock()
+        group.generation += 1
+        if not group.members:
+            group.protocol_name = None
+            group.transition(GroupState.EMPTY, now)
+            self._spawn(self._store_quietly(group))
+            log.info("event=group_empty group=%s generation=%d", group.group_id, group.generation)
+            return
+        group.protocol_name = group.select_protocol()
+        if group.leader_id not in group.members:
+            group.leader_id = next(iter(group.members))
+        group.transition(GroupState.COMPLETING_REBALANCE, now)
+        everyone = tuple(
+            (m.member_id, m.group_instance_id, m.metadata_for(group.protocol_name))
+            for m in group.members.values()
+        )
+        for member in group.members.values():
+            member.is_new = False
+            _resolve(member.join_future, self._join_result(group, member, everyone))
+            member.join_future = None
+            self._schedule_heartbeat(group, member)
+        group.sync_timer = self._later(
+            group.max_rebalance_timeout_ms, self._sync_expired, group, group.generation
+        )
+        log.info(
+            "event=rebalance_joined group=%s generation=%d members=%d protocol=%s leader=%s",
+            group.group_id,
+            group.generation,
+            len(group.members),
+            group.protocol_name,
+            group.leader_id,
+        )
+
+    def _join_result(
+        self,
+        group: Group,
+        member: Member,
+        everyone: tuple[tuple[str, str | None, bytes], ...] | None = None,
+    ) -> JoinResult:
+        if everyone is None and member.member_id == group.leader_id:
+            everyone = tuple(
+                (m.member_id, m.group_instance_id, m.metadata_for(group.protocol_name))
+                for m in group.members.values()
+            )
+        return JoinResult(
+            E.none,
+            group.generation,
+            group.protocol_type,
+            group.protocol_name,
+            group.leader_id or "",
+            member.member_id,
+            everyone if member.member_id == group.leader_id and everyone else (),
+        )
+
+    def _sync_expired(self, group: Group, generation: int) -> None:
+        group.sync_timer = None
+        if group.generation != generation or not group.is_(GroupState.COMPLETING_REBALANCE):
+            return
+        for member in [m for m in group.members.values() if not m.awaiting_sync]:
+            log.info(
+                "event=member_removed group=%s member=%s reason=did_not_sync",
+                group.group_id,
+                member.member_id,
+            )
+            self._drop(group, member, None)
+        self._prepare_rebalance(group, "members did not sync in time")
+
+    def _drop(self, group: Group, member: Member, join_answer: JoinResult | None) -> None:
+        group.remove(member.member_id)
+        if member.heartbeat_timer is not None:
+            member.heartbeat_timer.cancel()
+        if join_answer is not None:
+            _resolve(member.join_future, join_answer)
+        _resolve(member.sync_future, SyncResult(E.unknown_member_id))
+
+    def _remove_member(self, group: Group, member_id: str) -> None:
+        member = group.members.get(member_id)
+        if member is None:
+            return
+        self._drop(group, member, JoinResult(E.unknown_member_id))
+        if group.is_(GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
+            self._prepare_rebalance(group, f"member {member_id} left")
+        elif group.is_(GroupState.PREPARING_REBALANCE):
+            self._maybe_complete_join(group)
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        task.add_done_callback(_log_failure)
+
+    async def _store_quietly(self, group: Group) -> None:
+        try:
+            await self._store_group(group)
+        except CoordinatorError as exc:
+            log.warning("event=group_store_failed group=%s error=%s", group.group_id, exc)
+
+    # -- JoinGroup -----------------------------------------------------------------
+
+    async def join_group(
+        self,
+        group_id: str,
+        member_id: str,
+        group_instance_id: str | None,
+        client_id: str,
+        client_host: str,
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+        protocol_type: str,
+        protocols: list[tuple[str, bytes]],
+        require_known_member_id: bool,
+    ) -> JoinResult:
+        if not group_id:
+            return JoinResult(E.invalid_group_id)
+        error = self.owner_error(group_id)
+        if error is not None:
+            return JoinResult(error)
+        config = self.config
+        if not config.min_session_timeout_ms <= session_timeout_ms <= config.max_session_timeout_ms:
+            return JoinResult(E.invalid_session_timeout)
+        group = self.groups.get(group_id)
+        if group is None:
+            if member_id:
+                return JoinResult(E.unknown_member_id)
+            group = self.groups[group_id] = Group(group_id, state_timestamp=self.clock())
+        if group.is_(GroupState.DEAD):
+            return JoinResult(E.coordinator_not_available)
+        if not group.supports(protocol_type, protocols):
+            return JoinResult(E.inconsistent_group_protocol)
+        proto = Member(
+            member_id or f"{client_id}-{uuid.uuid4()}",
+            group_instance_id,
+            client_id,
+            client_host,
+            session_timeout_ms,
+            rebalance_timeout_ms,
+            protocol_type,
+            list(protocols),
+        )
+        if not member_id:
+            return await self._join_new_member(group, proto, require_known_member_id)
+        return await self._join_known_member(group, proto)
+
+    async def _join_new_member(
+        self, group: Group, proto: Member, require_known_member_id: bool
+    ) -> JoinResult:
+        if len(group.members) + len(group.pending_members) >= self.config.max_size:
+            return JoinResult(E.group_max_size_reached)
+        instance = proto.group_instance_id
+        if instance is not None and instance in group.static_members:
+            return await self._replace_static_member(group, proto)
+        if instance is None and require_known_member_id:
+            group.pending_members[proto.member_id] = self._later(
+                proto.session_timeout_ms, self._pending_expired, group, proto.member_id
+            )
+            return JoinResult(E.member_id_required, member_id=proto.member_id)
+        return await self._add_and_rebalance(group, proto)
+
+    def _pending_expired(self, group: Group, member_id: str) -> None:
+        if group.pending_members.pop(member_id, None) is not None:
+            self._maybe_complete_join(group)
+
+    async def _add_and_rebalance(self, group: Group, member: Member) -> JoinResult:
+        member.is_new = True
+        member.join_future = asyncio.get_running_loop().create_future()
+        group.add(member)
+        group.new_member_added = True
+        if group.is_(GroupState.EMPTY, GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
+            self._prepare_rebalance(group, f"member {member.member_id} joined")
+        else:
+            self._maybe_complete_join(group)
+        result: JoinResult = await member.join_future
+        return result
+
+    async def _update_and_rebalance(
+        self, group: Group, member: Member, proto: Member, reason: str
+    ) -> JoinResult:
+        member.protocols = proto.protocols
+        member.session_timeout_ms = proto.session_timeout_ms
+        member.rebalance_timeout_ms = proto.rebalance_timeout_ms
+        member.client_id, member.client_host = proto.client_id, proto.client_host
+        _resolve(member.join_future, JoinResult(E.rebalance_in_progress))
+        member.join_future = asyncio.get_running_loop().create_future()
+        future = member.join_future
+        if group.is_(GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
+            self._prepare_rebalance(group, reason)
+        else:
+            self._maybe_complete_join(group)
+        result: JoinResult = await future
+        return result
+
+    async def _join_known_member(self, group: Group, proto: Member) -> JoinResult:
+        member_id = proto.member_id
+        pending = group.pending_members.pop(member_id, None)
+        if pending is not None:
+            pending.cancel()
+            return await self._add_and_rebalance(group, proto)
+        instance = proto.group_instance_id
+        if instance is not None and group.static_members.get(instance) != member_id:
+            return JoinResult(E.fenced_instance_id)
+        member = group.members.get(member_id)
+        if member is None or group.is_(GroupState.EMPTY, GroupState.DEAD):
+            return JoinResult(E.unknown_member_id)
+        unchanged = member.protocols == proto.protocols
+        if group.is_(GroupState.PREPARING_REBALANCE):
+            return await self._update_and_rebalance(group, member, proto, "member rejoined")
+        if group.is_(GroupState.COMPLETING_REBALANCE) and unchanged:
+            return self._join_result(group, member)
+        if group.is_(GroupState.STABLE) and unchanged and member_id != group.leader_id:
+            self._schedule_heartbeat(group, member)
+            return self._join_result(group, member)
+        return await self._update_and_rebalance(
+            group, member, proto, f"member {member_id} changed its subscription or leads"
+        )
+
+    async def _replace_static_member(self, group: Group, proto: Member) -> JoinResult:
+        """A static member rejoined under a new member id: it takes its old place (KIP-345)."""
+        instance = proto.group_instance_id
+        assert instance is not None
+        old_id = group.static_members[instance]
+        old = group.members.pop(old_id)
+        if old.heartbeat_timer is not None:
+            old.heartbeat_timer.cancel()
+        _resolve(old.join_future, JoinResult(E.fenced_instance_id))
+        _resolve(old.sync_future, SyncResult(E.fenced_instance_id))
+        proto.assignment = old.assignment
+        group.members[proto.member_id] = proto
+        group.static_members[instance] = proto.member_id
+        was_leader = group.leader_id == old_id
+        if was_leader:
+            group.leader_id = proto.member_id
+        log.info(
+            "event=static_member_replaced group=%s instance=%s old=%s new=%s",
+            group.group_id,
+            instance,
+            old_id,
+            proto.member_id,
+        )
+        if group.is_(GroupState.STABLE) and old.protocols == proto.protocols and not was_leader:
+            self._schedule_heartbeat(group, proto)
+            await self._store_group(group)
+            return self._join_result(group, proto)
+        if group.is_(GroupState.EMPTY):
+            return await self._add_and_rebalance(group, proto)
+        return await self._update_and_rebalance(group, proto, proto, "static member rejoined")
+
+    # -- SyncGroup, Heartbeat, LeaveGroup ---------------------------------------------
+
+    def _validate_member(
+        self, group_id: str, generation: int, member_id: str, group_instance_id: str | None
+    ) -> tuple[Group, Member]:
+        error = self.owner_error(group_id)
+        if error is not None:
+            raise CoordinatorError(error)
+        group = self.groups.get(group_id)
+        if group is None or group.is_(GroupState.DEAD):
+            raise CoordinatorError(E.unknown_member_id)
+        if group_instance_id is not None:
+            holder = group.static_members.get(group_instance_id)
+            if holder is not None and holder != member_id:
+                raise CoordinatorError(E.fenced_instance_id)
+        member = group.members.get(member_id)
+        if member is None:
+            raise CoordinatorError(E.unknown_member_id)
+        if generation != group.generation:
+            raise CoordinatorError(E.illegal_generation)
+        return group, member
+
+    async def sync_group(
+        self,
+        group_id: str,
+        generation: int,
+        member_id: str,
+        group_instance_id: str | None,
+        protocol_type: str | None,
+        protocol_name: str | None,
+        assignments: Mapping[str, bytes],
+    ) -> SyncResult:
+        try:
+            group, member = self._validate_member(
+                group_id, generation, member_id, group_instance_id
+            )
+        except CoordinatorError as exc:
+            return SyncResult(exc.code)
+        if (protocol_type is not None and protocol_type != group.protocol_type) or (
+            protocol_name is not None and protocol_name != group.protocol_name
+        ):
+            return SyncResult(E.inconsistent_group_protocol)
+        if group.is_(GroupState.EMPTY):
+            return SyncResult(E.unknown_member_id)
+        if group.is_(GroupState.PREPARING_REBALANCE):
+            return SyncResult(E.rebalance_in_progress)
+        self._schedule_heartbeat(group, member)
+        if group.is_(GroupState.STABLE):
+            return SyncResult(E.none, group.protocol_type, group.protocol_name, member.assignment)
+        _resolve(member.sync_future, SyncResult(E.rebalance_in_progress))
+        member.sync_future = asyncio.get_running_loop().create_future()
+        future = member.sync_future
+        if member_id == group.leader_id:
+            await self._apply_assignment(group, assignments)
+        result: SyncResult = await future
+        return result
+
+    async def _apply_assignment(self, group: Group, assignments: Mapping[str, bytes]) -> None:
+        generation = group.generation
+        for member in group.members.values():
+            member.assignment = assignments.get(member.member_id, b"")
+        try:
+            await self._store_group(group)
+        except CoordinatorError as exc:
+            if group.generation == generation and group.is_(GroupState.COMPLETING_REBALANCE):
+                for member in group.members.values():
+                    _resolve(member.sync_future, SyncResult(exc.code))
+                self._prepare_rebalance(group, "storing the assignment failed")
+            return
+        if group.generation != generation or not group.is_(GroupState.COMPLETING_REBALANCE):
+            return
+        if group.sync_timer is not None:
+            group.sync_timer.cancel()
+            group.sync_timer = None
+        group.transition(GroupState.STABLE, self.clock())
+        for member in group.members.values():
+            _resolve(
+                member.sync_future,
+                SyncResult(E.none, group.protocol_type, group.protocol_name, member.assignment),
+            )
+        log.info(
+            "event=rebalance_completed group=%s generation=%d members=%d",
+            group.group_id,
+            generation,
+            len(group.members),
+        )
+
+    def heartbeat(
+        self, group_id: str, generation: int, member_id: str, group_instance_id: str | None
+    ) -> ErrorCode:
+        try:
+            group, member = self._validate_member(
+                group_id, generation, member_id, group_instance_id
+            )
+        except CoordinatorError as exc:
+            return exc.code
+        if group.is_(GroupState.EMPTY):
+            return E.unknown_member_id
+        self._schedule_heartbeat(group, member)
+        if group.is_(GroupState.PREPARING_REBALANCE):
+            return E.rebalance_in_progress
+        return E.none
+
+    def leave_group(
+        self, group_id: str, members: Iterable[tuple[str, str | None]]
+    ) -> tuple[ErrorCode, list[tuple[str, str | None, ErrorCode]]]:
+        error = self.owner_error(group_id)
+        if error is not None:
+            return error, []
+        group = self.groups.get(group_id)
+        results = []
+        for member_id, instance in members:
+            results.append((member_id, instance, self._leave_one(group, member_id, instance)))
+        return E.none, results
+
+    def _leave_one(self, group: Group | None, member_id: str, instance: str | None) -> ErrorCode:
+        if group is None or group.is_(GroupState.DEAD):
+            return E.unknown_member_id
+        if instance is not None:
+            holder = group.static_members.get(instance)
+            if holder is None:
+                return E.unknown_member_id
+            if member_id and holder != member_id:
+                return E.fenced_instance_id
+            member_id = holder
+        pending = group.pending_members.pop(member_id, None)
+        if pending is not None:
+            pending.cancel()
+            self._maybe_complete_join(group)
+            return E.none
+        if member_id not in group.members:
+            return E.unknown_member_id
+        log.info("event=member_left group=%s member=%s", group.group_id, member_id)
+        self._remove_member(group, member_id)
+        return E.none
+
+    # -- offsets -----------------------------------------------------------------------
+
+    async def commit_offsets(
+        self,
+        group_id: str,
+        generation: int,
+        member_id: str,
+        group_instance_id: str | None,
+        offsets: Mapping[tuple[str, int], CommittedOffset],
+    ) -> dict[tuple[str, int], ErrorCode]:
+        """Store offsets for a group member, or for a "simple" group (generation -1, no member)."""
+
+        def everywhere(code: ErrorCode) -> dict[tuple[str, int], ErrorCode]:
+            return dict.fromkeys(offsets, code)
+
+        checked = self._committer(group_id, generation, member_id, group_instance_id)
+        if not isinstance(checked, Group):
+            return everywhere(checked)
+        group = checked
+        results: dict[tuple[str, int], ErrorCode] = {}
+        accepted: dict[tuple[str, int], CommittedOffset] = {}
+        for tp, committed in offsets.items():
+            if not self.topic_exists(*tp):
+                results[tp] = E.unknown_topic_or_partition
+            elif len(committed.metadata.encode()) > self.config.offset_metadata_max_bytes:
+                results[tp] = E.offset_metadata_too_large
+            else:
+                accepted[tp] = committed
+        if accepted:
+            entries = [
+                (
+                    offset_key(group_id, topic, partition),
+                    offset_value(
+                        OffsetValue(c.offset, c.leader_epoch, c.metadata, c.commit_timestamp)
+                    ),
+                )
+                for (topic, partition), c in accepted.items()
+            ]
+            try:
+                await self._append(group_id, entries)
+            except CoordinatorError as exc:
+                results.update(dict.fromkeys(accepted, exc.code))
+                return results
+            group.offsets.update(accepted)
+            results.update(dict.fromkeys(accepted, E.none))
+        return results
+
+    def _committer(
+        self, group_id: str, generation: int, member_id: str, group_instance_id: str | None
+    ) -> Group | ErrorCode:
+        """The group a commit goes to, or why it may not (Kafka's OffsetCommit checks)."""
+        if not group_id:
+            return E.invalid_group_id
+        error = self.owner_error(group_id)
+        if error is not None:
+            return error
+        group = self.groups.get(group_id)
+        if group is None or group.is_(GroupState.DEAD):
+            if generation >= 0:
+                return E.illegal_generation
+            if member_id:
+                return E.unknown_member_id
+            group = self.groups[group_id] = Group(group_id, state_timestamp=self.clock())
+            return group
+        if generation < 0 and group.is_(GroupState.EMPTY):
+            return group
+        if group_instance_id is not None:
+            holder = group.static_members.get(group_instance_id)
+            if holder is not None and holder != member_id:
+                return E.fenced_instance_id
+        if group.is_(GroupState.COMPLETING_REBALANCE):
+            return E.rebalance_in_progress
+        member = group.members.get(member_id)
+        if member is None:
+            return E.unknown_member_id
+        if generation != group.generation:
+            return E.illegal_generation
+        self._schedule_heartbeat(group, member)
+        return group
+
+    def fetch_offsets(
+        self, group_id: str, partitions: Iterable[tuple[str, int]] | None
+    ) -> tuple[ErrorCode, dict[tuple[str, int], CommittedOffset | None]]:
+        """Committed offsets (None where there is none); all of them when ``partitions`` is None."""
+        if not group_id:
+            return E.invalid_group_id, {}
+        error = self.owner_error(group_id)
+        if error is not None:
+            return error, {}
+        group = self.groups.get(group_id)
+        stored = group.offsets if group is not None else {}
+        if partitions is None:
+            return E.none, dict(stored)
+        return E.none, {tp: stored.get(tp) for tp in partitions}
+
+    async def delete_offsets(
+        self, group_id: str, partitions: Iterable[tuple[str, int]]
+    ) -> tuple[ErrorCode, dict[tuple[str, int], ErrorCode]]:
+        error = self.owner_error(group_id)
+        if error is not None:
+            return error, {}
+        group = self.groups.get(group_id)
+        if group is None or group.is_(GroupState.DEAD):
+            return E.group_id_not_found, {}
+        subscribed = group.subscribed_topics() if not group.is_(GroupState.EMPTY) else frozenset()
+        results: dict[tuple[str, int], ErrorCode] = {}
+        doomed = []
+        for tp in partitions:
+            if tp[0] in subscribed:
+                results[tp] = E.group_subscribed_to_topic
+            else:
+                results[tp] = E.none
+                if tp in group.offsets:
+                    doomed.append(tp)
+        if doomed:
+            try:
+                await self._append(group_id, [(offset_key(group_id, *tp), None) for tp in doomed])
+            except CoordinatorError as exc:
+                return exc.code, {}
+            for tp in doomed:
+                group.offsets.pop(tp, None)
+        return E.none, results
+
+    # -- listing, describing, deleting groups ------------------------------------------
+
+    def list_groups(self, states: set[str], types: set[str]) -> list[Group]:
+        if types and "classic" not in {t.lower() for t in types}:
+            return []
+        wanted = {s.lower() for s in states}
+        return [
+            g
+            for index in sorted(self.loaded)
+            for g in self.groups.values()
+            if self.partition_of(g.group_id) == index
+            and not g.is_(GroupState.DEAD)
+            and (not wanted or g.state.value.lower() in wanted)
+        ]
+
+    def describe_group(self, group_id: str) -> DescribedGroup:
+        error = self.owner_error(group_id)
+        if error is not None:
+            return DescribedGroup(error, group_id, "", "", "", ())
+        group = self.groups.get(group_id)
+        if group is None:
+            return DescribedGroup(E.none, group_id, GroupState.DEAD.value, "", "", ())
+        return DescribedGroup(
+            E.none,
+            group_id,
+            group.state.value,
+            group.protocol_type or "",
+            group.protocol_name or "",
+            tuple(group.members.values()),
+        )
+
+    async def delete_group(self, group_id: str) -> ErrorCode:
+        error = self.owner_error(group_id)
+        if error is not None:
+            return error
+        group = self.groups.get(group_id)
+        if group is None or group.is_(GroupState.DEAD):
+            return E.group_id_not_found
+        if not group.is_(GroupState.EMPTY):
+            return E.non_empty_group
+        await self._bury(group)
+        return E.none
+
+    async def _bury(self, group: Group) -> None:
+        """Write tombstones for everything the group had, then forget it."""
+        entries: list[tuple[bytes, bytes | None]] = [
+            (offset_key(group.group_id, *tp), None) for tp in group.offsets
+        ]
+        entries.append((group_key(group.group_id), None))
+        try:
+            await self._append(group.group_id, entries)
+        except CoordinatorError:
+            return
+        group.transition(GroupState.DEAD, self.clock())
+        self._cancel_timers(group)
+        self.groups.pop(group.group_id, None)
+        log.info("event=group_deleted group=%s", group.group_id)
+
+    # -- offset retention (KIP-211) -------------------------------------------------------
+
+    async def _expire_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.offsets_retention_check_interval_ms / 1000)
+            try:
+                await self.expire_offsets()
+            except Exception:
+                log.exception("event=offset_expiry_failed")
+
+    async def expire_offsets(self) -> int:
+        """Drop offsets past ``offsets.retention.ms``; an emptied, member-less group goes too.
+
+        An empty group's offsets expire that long after it became empty (or
+        after the commit, if later); a group with members keeps the offsets of
+        the topics they subscribe to and expires the others by commit time.
+        """
+        now = self.clock()
+        retention = self.config.offsets_retention_ms
+        expired = 0
+        for group in list(self.groups.values()):
+            if self.partition_of(group.group_id) not in self.loaded or group.is_(GroupState.DEAD):
+                continue
+            if group.is_(GroupState.EMPTY):
+                doomed = [
+                    tp
+                    for tp, c in group.offsets.items()
+                    if now - max(c.commit_timestamp, group.state_timestamp) >= retention
+                    or (c.expire_timestamp >= 0 and now >= c.expire_timestamp)
+                ]
+            else:
+                subscribed = group.subscribed_topics()
+                doomed = [
+                    tp
+                    for tp, c in group.offsets.items()
+                    if tp[0] not in subscribed and now - c.commit_timestamp >= retention
+                ]
+            if group.is_(GroupState.EMPTY) and len(doomed) == len(group.offsets):
+                expired += len(doomed)
+                await self._bury(group)
+                continue
+            if doomed:
+                try:
+                    await self._append(
+                        group.group_id, [(offset_key(group.group_id, *tp), None) for tp in doomed]
+                    )
+                except CoordinatorError:
+                    continue
+                for tp in doomed:
+                    group.offsets.pop(tp, None)
+                expired += len(doomed)
+        if expired:
+            log.info("event=offsets_expired count=%d", expired)
+        return expired
+
+
+def _resolve(future: asyncio.Future[Any] | None, value: Any) -> None:
+    if future is not None and not future.done():
+        future.set_result(value)
+
+
+def _log_failure(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("event=coordinator_task_failed error=%s", task.exception())

@@ -1,0 +1,149 @@
+"""OffsetCommit (8), OffsetFetch (9, including the multi-group form of v8+), OffsetDelete (47)."""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from shoal.broker.coordinator.group import CommittedOffset
+from shoal.broker.handlers.base import NO_THROTTLE, BrokerServices, E, RequestContext
+
+from shoal.wire import ErrorCode
+
+NO_OFFSET: Final = -1
+GROUP_LEVEL_ERROR_VERSION: Final = 2
+MULTI_GROUP_VERSION: Final = 8
+
+
+async def handle_offset_commit(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
+    api = ctx.api
+    now = services.clock()
+    retention = getattr(request, "retention_time", None)
+    retention_ms = round(retention.total_seconds() * 1000) if retention is not None else -1
+    expire = now + retention_ms if retention_ms >= 0 else -1
+    offsets = {
+        (topic.name, p.partition_index): CommittedOffset(
+            p.committed_offset,
+            getattr(p, "committed_leader_epoch", -1),
+            p.committed_metadata or "",
+            now,
+            expire,
+        )
+        for topic in request.topics
+        for p in topic.partitions
+    }
+    results = await services.groups.commit_offsets(
+        request.group_id,
+        request.generation_id_or_member_epoch,
+        request.member_id,
+        getattr(request, "group_instance_id", None),
+        offsets,
+    )
+    topics = tuple(
+        api.make(
+            "OffsetCommitResponseTopic",
+            name=topic.name,
+            partitions=tuple(
+                api.make(
+                    "OffsetCommitResponsePartition",
+                    partition_index=p.partition_index,
+                    error_code=results[(topic.name, p.partition_index)],
+                )
+                for p in topic.partitions
+            ),
+        )
+        for topic in request.topics
+    )
+    return api.response(throttle_time=NO_THROTTLE, topics=topics)
+
+
+def _fetch_topics(
+    services: BrokerServices,
+    ctx: RequestContext,
+    group_id: str,
+    topics: Any,
+    topic_class: str,
+    partition_class: str,
+    per_partition_errors: bool,
+) -> tuple[ErrorCode, tuple[Any, ...]]:
+    """One group's committed offsets: the asked partitions, or all (``topics`` null)."""
+    api = ctx.api
+    wanted = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
+    code, found = services.groups.fetch_offsets(group_id, wanted)
+    if code is not E.none and per_partition_errors:
+        found = dict.fromkeys(wanted or [], None)
+    by_topic: dict[str, list[Any]] = {}
+    for (topic, partition), committed in found.items():
+        by_topic.setdefault(topic, []).append(
+            api.make(
+                partition_class,
+                partition_index=partition,
+                committed_offset=committed.offset if committed else NO_OFFSET,
+                committed_leader_epoch=committed.leader_epoch if committed else -1,
+                metadata=committed.metadata if committed else "",
+                error_code=code if per_partition_errors else E.none,
+            )
+        )
+    return code, tuple(
+        api.make(topic_class, name=topic, partitions=tuple(parts))
+        for topic, parts in by_topic.items()
+    )
+
+
+async def handle_offset_fetch(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
+    api = ctx.api
+    if ctx.version >= MULTI_GROUP_VERSION:
+        groups = []
+        for group in request.groups:
+            code, topics = _fetch_topics(
+                services,
+                ctx,
+                group.group_id,
+                group.topics,
+                "OffsetFetchResponseTopics",
+                "OffsetFetchResponsePartitions",
+                per_partition_errors=False,
+            )
+            groups.append(
+                api.make(
+                    "OffsetFetchResponseGroup",
+                    group_id=group.group_id,
+                    topics=topics,
+                    error_code=code,
+                )
+            )
+        return api.response(throttle_time=NO_THROTTLE, groups=tuple(groups))
+    per_partition = ctx.version < GROUP_LEVEL_ERROR_VERSION
+    code, topics = _fetch_topics(
+        services,
+        ctx,
+        request.group_id,
+        request.topics,
+        "OffsetFetchResponseTopic",
+        "OffsetFetchResponsePartition",
+        per_partition_errors=per_partition,
+    )
+    return api.response(throttle_time=NO_THROTTLE, topics=topics, error_code=code)
+
+
+async def handle_offset_delete(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
+    api = ctx.api
+    wanted = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
+    code, results = await services.groups.delete_offsets(request.group_id, wanted)
+    topics = tuple(
+        api.make(
+            "OffsetDeleteResponseTopic",
+            name=topic.name,
+            partitions=tuple(
+                api.make(
+                    "OffsetDeleteResponsePartition",
+                    partition_index=p.partition_index,
+                    error_code=results.get((topic.name, p.partition_index), E.none),
+                )
+                for p in topic.partitions
+            ),
+        )
+        for topic in request.topics
+    )
+    if code is not E.none:
+        topics = ()
+    return api.response(error_code=code, throttle_time=NO_THROTTLE, topics=topics)
