@@ -125,7 +125,13 @@ class BrokerProcess:
 
     def start(self, timeout: float = 60) -> BrokerProcess:
         offset = self.log_path.stat().st_size if self.log_path.exists() else 0
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
+        env = {
+            **os.environ,
+            "PYTHONUNBUFFERED": "1",
+            # Test clusters have fewer brokers than Kafka's default three offsets replicas.
+            "SHOAL_OFFSETS_TOPIC_REPLICATION_FACTOR": "1",
+            **self.env,
+        }
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(self.command(), stdout=log, stderr=log, env=env)
         wait_until(lambda: self._ready(offset), timeout, f"broker {self.node_id} to be ready")
