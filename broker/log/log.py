@@ -262,7 +262,7 @@ class Log:
             return None
         if any(h.is_transactional for h in idempotent):
             raise InvalidTxnStateError("transactions are not supported yet")
-        duplicates = [self.producer_state.check(h) for h in idempotent]
+        duplicates = self.producer_state.check_append(idempotent)
         found = [d for d in duplicates if d is not None]
         if found and len(headers) > 1:
             raise InvalidRecordError("a retried idempotent batch must come alone")

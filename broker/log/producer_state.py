@@ -8,7 +8,8 @@ Kafka's rules (ProducerStateManager, ProducerAppendInfo):
   one of them is a retry: it is acknowledged with the original offsets and
   not appended again.
 * Otherwise it must follow the last sequence exactly; a gap is
-  OUT_OF_ORDER_SEQUENCE_NUMBER. A new producer, or a new epoch, starts at 0.
+  OUT_OF_ORDER_SEQUENCE_NUMBER. A new epoch starts at 0; a producer the
+  partition has no state for (new, or expired) may start anywhere.
 * An epoch older than the producer's current one is fenced
   (INVALID_PRODUCER_EPOCH).
 * A producer silent for ``producer.id.expiration.ms`` is forgotten.
@@ -121,11 +122,8 @@ class ProducerStateManager:
         last = next_sequence(first, header.last_offset_delta)
         entry = self.producers.get(header.producer_id)
         if entry is None:
-            if first != 0:
-                raise OutOfOrderSequenceError(
-                    f"producer {header.producer_id} is unknown here; its first sequence must"
-                    f" be 0, not {first}"
-                )
+            # As Kafka: no state (a new producer, or one idle past
+            # producer.id.expiration.ms) means nothing to compare with.
             return None
         if header.producer_epoch < entry.epoch:
             raise InvalidProducerEpochError(
@@ -147,6 +145,31 @@ class ProducerStateManager:
                 f"producer {header.producer_id} sent sequence {first}, expected {expected}"
             )
         return None
+
+    def check_append(self, headers: Iterable[BatchHeader]) -> list[BatchMetadata | None]:
+        """:meth:`check` for the idempotent batches of one append, in order.
+
+        As Kafka's ProducerAppendInfo: each batch is checked against the state
+        the batches before it in the same append would leave, so a producer's
+        second batch must follow its first, and repeating one is not new.
+        """
+        staged = ProducerStateManager(self.directory)
+        results: list[BatchMetadata | None] = []
+        for header in headers:
+            pid = header.producer_id
+            stored = self.producers.get(pid)
+            if pid not in staged.producers and stored is not None:
+                staged.producers[pid] = ProducerEntry(
+                    pid,
+                    stored.epoch,
+                    deque(stored.batches, maxlen=CACHED_BATCHES),
+                    stored.last_timestamp,
+                )
+            found = staged.check(header)
+            if found is None:
+                staged.update(header)
+            results.append(found)
+        return results
 
     def update(self, header: BatchHeader) -> None:
         """Record an appended batch (``header`` carries its assigned offsets)."""
