@@ -14,8 +14,10 @@ Timers, all on the event loop:
   rebalance timeout; a first rebalance of an empty group waits
   ``group.initial.rebalance.delay.ms`` more for others to arrive, extended
   while they keep arriving (as Kafka's InitialDelayedJoin);
-* sync: after the join, the leader has the rebalance timeout to send its
-  assignment; members that did not sync by then are removed;
+* sync: after the join, every member has the rebalance timeout to send its
+  SyncGroup (the leader with the assignment); members that did not sync by
+  then are removed, even once the leader's assignment made the group Stable
+  (as Kafka's pending-sync expiry);
 * heartbeat: a member silent for its session timeout is removed, except while
   it waits in a join or a sync, which have their own deadlines;
 * pending member (KIP-394): a member id handed out with MEMBER_ID_REQUIRED
@@ -32,7 +34,7 @@ import logging
 import os
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from shoal.broker.coordinator.config import GroupConfig
@@ -64,7 +66,6 @@ OFFSETS_TOPIC: Final = "__consumer_offsets"
 E = ErrorCode
 NO_GENERATION: Final = -1
 _LOAD_CHUNK: Final = 16 * 1024 * 1024
-NEW_MEMBER_JOIN_TIMEOUT_MS: Final = 300_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +77,8 @@ class JoinResult:
     leader: str = ""
     member_id: str = ""
     members: tuple[tuple[str, str | None, bytes], ...] = ()
+    skip_assignment: bool = False
+    """KIP-814: a rejoined static leader gets the members but must not reassign."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,26 +204,14 @@ class GroupCoordinator:
                 for record in iter_records(data[at : at + header.size]):
                     if record.offset < position or record.key is None:
                         continue
-                    key = parse_key(record.key)
-                    if isinstance(key, OffsetKey):
-                        entry = offsets.setdefault(key.group, {})
-                        tp = (key.topic, key.partition)
-                        if record.value is None:
-                            entry[tp] = None
-                        else:
-                            v = parse_offset_value(record.value)
-                            entry[tp] = CommittedOffset(
-                                v.offset,
-                                v.leader_epoch,
-                                v.metadata,
-                                v.commit_timestamp,
-                                v.expire_timestamp,
-                            )
-                    elif isinstance(key, GroupKey):
-                        metadata[key.group] = (
-                            None
-                            if record.value is None
-                            else Group.from_value(key.group, parse_group_value(record.value))
+                    try:
+                        self._replay(record.key, record.value, offsets, metadata)
+                    except RecordFormatError as exc:
+                        log.warning(
+                            "event=offsets_record_skipped partition=%d offset=%d error=%s",
+                            partition.index,
+                            record.offset,
+                            exc,
                         )
                 position = header.next_offset
         groups: dict[str, Group] = {}
@@ -232,6 +223,32 @@ class GroupCoordinator:
             if group.members or group.offsets or metadata.get(group_id) is not None:
                 groups[group_id] = group
         return groups
+
+    @staticmethod
+    def _replay(
+        raw_key: bytes,
+        raw_value: bytes | None,
+        offsets: dict[str, dict[tuple[str, int], CommittedOffset | None]],
+        metadata: dict[str, Group | None],
+    ) -> None:
+        """Apply one record of the offsets topic to what loading has gathered."""
+        key = parse_key(raw_key)
+        if isinstance(key, OffsetKey):
+            entry = offsets.setdefault(key.group, {})
+            tp = (key.topic, key.partition)
+            if raw_value is None:
+                entry[tp] = None
+                return
+            v = parse_offset_value(raw_value)
+            entry[tp] = CommittedOffset(
+                v.offset, v.leader_epoch, v.metadata, v.commit_timestamp, v.expire_timestamp
+            )
+        elif isinstance(key, GroupKey):
+            metadata[key.group] = (
+                None
+                if raw_value is None
+                else Group.from_value(key.group, parse_group_value(raw_value))
+            )
 
     def _unload(self, index: int) -> None:
         task = self.loading.pop(index, None)
@@ -285,7 +302,7 @@ class GroupCoordinator:
         member.heartbeat_timer = None
         if group.members.get(member.member_id) is not member:
             return
-        if member.awaiting_join and not member.is_new:
+        if member.awaiting_join:
             return
         if member.awaiting_sync:
             return
@@ -314,6 +331,7 @@ class GroupCoordinator:
         if group.sync_timer is not None:
             group.sync_timer.cancel()
             group.sync_timer = None
+        group.pending_sync.clear()
         if group.join_timer is not None:
             group.join_timer.cancel()
         initial = group.is_(GroupState.EMPTY)
@@ -363,7 +381,11 @@ class GroupCoordinator:
         group.initial_join = False
         if not group.is_(GroupState.PREPARING_REBALANCE):
             return
-        for member in [m for m in group.members.values() if not m.awaiting_join]:
+        # Static members keep their place through a join they miss; their
+        # session timeout decides (as Kafka: only dynamic ones go here).
+        for member in [
+            m for m in group.members.values() if not m.awaiting_join and m.group_instance_id is None
+        ]:
             log.info(
                 "event=member_removed group=%s member=%s reason=did_not_rejoin",
                 group.group_id,
@@ -382,6 +404,7 @@ class GroupCoordinator:
         if group.leader_id not in group.members:
             group.leader_id = next(iter(group.members))
         group.transition(GroupState.COMPLETING_REBALANCE, now)
+        group.pending_sync = set(group.members)
         everyone = tuple(
             (m.member_id, m.group_instance_id, m.metadata_for(group.protocol_name))
             for m in group.members.values()
@@ -426,9 +449,14 @@ class GroupCoordinator:
 
     def _sync_expired(self, group: Group, generation: int) -> None:
         group.sync_timer = None
-        if group.generation != generation or not group.is_(GroupState.COMPLETING_REBALANCE):
+        if group.generation != generation or not group.is_(
+            GroupState.COMPLETING_REBALANCE, GroupState.STABLE
+        ):
             return
-        for member in [m for m in group.members.values() if not m.awaiting_sync]:
+        late = [m for m in group.members.values() if m.member_id in group.pending_sync]
+        if not late:
+            return
+        for member in late:
             log.info(
                 "event=member_removed group=%s member=%s reason=did_not_sync",
                 group.group_id,
@@ -460,6 +488,8 @@ class GroupCoordinator:
         task.add_done_callback(_log_failure)
 
     async def _store_quietly(self, group: Group) -> None:
+        if self.groups.get(group.group_id) is not group:
+            return  # deleted or unloaded meanwhile: storing it now would bring it back
         try:
             await self._store_group(group)
         except CoordinatorError as exc:
@@ -533,13 +563,15 @@ class GroupCoordinator:
     async def _add_and_rebalance(self, group: Group, member: Member) -> JoinResult:
         member.is_new = True
         member.join_future = asyncio.get_running_loop().create_future()
+        # Completing the join below hands the answer over and clears member.join_future.
+        future = member.join_future
         group.add(member)
         group.new_member_added = True
         if group.is_(GroupState.EMPTY, GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
             self._prepare_rebalance(group, f"member {member.member_id} joined")
         else:
             self._maybe_complete_join(group)
-        result: JoinResult = await member.join_future
+        result: JoinResult = await future
         return result
 
     async def _update_and_rebalance(
@@ -596,6 +628,9 @@ class GroupCoordinator:
         proto.assignment = old.assignment
         group.members[proto.member_id] = proto
         group.static_members[instance] = proto.member_id
+        if old_id in group.pending_sync:
+            group.pending_sync.discard(old_id)
+            group.pending_sync.add(proto.member_id)
         was_leader = group.leader_id == old_id
         if was_leader:
             group.leader_id = proto.member_id
@@ -606,13 +641,32 @@ class GroupCoordinator:
             old_id,
             proto.member_id,
         )
-        if group.is_(GroupState.STABLE) and old.protocols == proto.protocols and not was_leader:
+        if group.is_(GroupState.STABLE) and group.select_protocol() == group.protocol_name:
+            # As Kafka: no rebalance while the group's protocol stays the same; a
+            # returning leader is told to skip the assignment (KIP-814).
+            try:
+                await self._store_group(group)
+            except CoordinatorError as exc:
+                self._restore_static_member(group, old, proto, was_leader)
+                return JoinResult(exc.code)
             self._schedule_heartbeat(group, proto)
-            await self._store_group(group)
-            return self._join_result(group, proto)
+            result = self._join_result(group, proto)
+            return replace(result, skip_assignment=was_leader)
         if group.is_(GroupState.EMPTY):
             return await self._add_and_rebalance(group, proto)
         return await self._update_and_rebalance(group, proto, proto, "static member rejoined")
+
+    def _restore_static_member(
+        self, group: Group, old: Member, new: Member, was_leader: bool
+    ) -> None:
+        """Undo a replacement that could not be stored: the old member id holds the place."""
+        assert old.group_instance_id is not None
+        group.members.pop(new.member_id, None)
+        group.members[old.member_id] = old
+        group.static_members[old.group_instance_id] = old.member_id
+        if was_leader:
+            group.leader_id = old.member_id
+        self._schedule_heartbeat(group, old)
 
     # -- SyncGroup, Heartbeat, LeaveGroup ---------------------------------------------
 
@@ -661,6 +715,10 @@ class GroupCoordinator:
         if group.is_(GroupState.PREPARING_REBALANCE):
             return SyncResult(E.rebalance_in_progress)
         self._schedule_heartbeat(group, member)
+        group.pending_sync.discard(member_id)
+        if not group.pending_sync and group.sync_timer is not None:
+            group.sync_timer.cancel()
+            group.sync_timer = None
         if group.is_(GroupState.STABLE):
             return SyncResult(E.none, group.protocol_type, group.protocol_name, member.assignment)
         _resolve(member.sync_future, SyncResult(E.rebalance_in_progress))
@@ -685,9 +743,6 @@ class GroupCoordinator:
             return
         if group.generation != generation or not group.is_(GroupState.COMPLETING_REBALANCE):
             return
-        if group.sync_timer is not None:
-            group.sync_timer.cancel()
-            group.sync_timer = None
         group.transition(GroupState.STABLE, self.clock())
         for member in group.members.values():
             _resolve(
@@ -774,7 +829,7 @@ class GroupCoordinator:
         for tp, committed in offsets.items():
             if not self.topic_exists(*tp):
                 results[tp] = E.unknown_topic_or_partition
-            elif len(committed.metadata.encode()) > self.config.offset_metadata_max_bytes:
+            elif _java_length(committed.metadata) > self.config.offset_metadata_max_bytes:
                 results[tp] = E.offset_metadata_too_large
             else:
                 accepted[tp] = committed
@@ -783,7 +838,13 @@ class GroupCoordinator:
                 (
                     offset_key(group_id, topic, partition),
                     offset_value(
-                        OffsetValue(c.offset, c.leader_epoch, c.metadata, c.commit_timestamp)
+                        OffsetValue(
+                            c.offset,
+                            c.leader_epoch,
+                            c.metadata,
+                            c.commit_timestamp,
+                            c.expire_timestamp,
+                        )
                     ),
                 )
                 for (topic, partition), c in accepted.items()
@@ -820,13 +881,13 @@ class GroupCoordinator:
             holder = group.static_members.get(group_instance_id)
             if holder is not None and holder != member_id:
                 return E.fenced_instance_id
-        if group.is_(GroupState.COMPLETING_REBALANCE):
-            return E.rebalance_in_progress
         member = group.members.get(member_id)
         if member is None:
             return E.unknown_member_id
         if generation != group.generation:
             return E.illegal_generation
+        if group.is_(GroupState.COMPLETING_REBALANCE):
+            return E.rebalance_in_progress
         self._schedule_heartbeat(group, member)
         return group
 
@@ -854,6 +915,9 @@ class GroupCoordinator:
         group = self.groups.get(group_id)
         if group is None or group.is_(GroupState.DEAD):
             return E.group_id_not_found, {}
+        if not group.is_(GroupState.EMPTY) and group.protocol_type != "consumer":
+            # Only a consumer group's subscriptions say which offsets are in use.
+            return E.non_empty_group, {}
         subscribed = group.subscribed_topics() if not group.is_(GroupState.EMPTY) else frozenset()
         results: dict[tuple[str, int], ErrorCode] = {}
         doomed = []
@@ -945,11 +1009,21 @@ class GroupCoordinator:
         """Drop offsets past ``offsets.retention.ms``; an emptied, member-less group goes too.
 
         An empty group's offsets expire that long after it became empty (or
-        after the commit, if later); a group with members keeps the offsets of
-        the topics they subscribe to and expires the others by commit time.
+        after the commit, if later); a Stable consumer group keeps the offsets
+        of the topics its members subscribe to and expires the others by
+        commit time; any other group with members keeps all (Kafka cannot
+        tell what a rebalancing or non-consumer group uses). An offset
+        committed with its own expiry (OffsetCommit v2-v4 retention_time)
+        expires then, whatever the retention.
         """
         now = self.clock()
         retention = self.config.offsets_retention_ms
+
+        def due(c: CommittedOffset, since: int) -> bool:
+            if c.expire_timestamp >= 0:
+                return now >= c.expire_timestamp
+            return now - since >= retention
+
         expired = 0
         for group in list(self.groups.values()):
             if self.partition_of(group.group_id) not in self.loaded or group.is_(GroupState.DEAD):
@@ -958,16 +1032,17 @@ class GroupCoordinator:
                 doomed = [
                     tp
                     for tp, c in group.offsets.items()
-                    if now - max(c.commit_timestamp, group.state_timestamp) >= retention
-                    or (c.expire_timestamp >= 0 and now >= c.expire_timestamp)
+                    if due(c, max(c.commit_timestamp, group.state_timestamp))
                 ]
-            else:
+            elif group.is_(GroupState.STABLE) and group.protocol_type == "consumer":
                 subscribed = group.subscribed_topics()
                 doomed = [
                     tp
                     for tp, c in group.offsets.items()
-                    if tp[0] not in subscribed and now - c.commit_timestamp >= retention
+                    if tp[0] not in subscribed and due(c, c.commit_timestamp)
                 ]
+            else:
+                doomed = []
             if group.is_(GroupState.EMPTY) and len(doomed) == len(group.offsets):
                 expired += len(doomed)
                 await self._bury(group)
@@ -985,6 +1060,11 @@ class GroupCoordinator:
         if expired:
             log.info("event=offsets_expired count=%d", expired)
         return expired
+
+
+def _java_length(text: str) -> int:
+    """String.length() in Java: UTF-16 code units, what offset.metadata.max.bytes counts."""
+    return len(text.encode("utf-16-le")) // 2
 
 
 def _resolve(future: asyncio.Future[Any] | None, value: Any) -> None:

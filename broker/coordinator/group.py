@@ -96,6 +96,8 @@ class Group:
     """group.instance.id -> the member id that holds it now."""
     pending_members: dict[str, asyncio.TimerHandle] = field(default_factory=dict)
     """Member ids handed out with MEMBER_ID_REQUIRED (KIP-394), not joined yet."""
+    pending_sync: set[str] = field(default_factory=set)
+    """Members given this generation that have not sent a SyncGroup for it yet."""
     offsets: dict[tuple[str, int], CommittedOffset] = field(default_factory=dict)
     new_member_added: bool = False
     initial_join: bool = False
@@ -151,6 +153,7 @@ class Group:
         member = self.members.pop(member_id, None)
         if member is None:
             return None
+        self.pending_sync.discard(member_id)
         instance = member.group_instance_id
         if instance is not None and self.static_members.get(instance) == member_id:
             del self.static_members[instance]

@@ -6,6 +6,8 @@ int32-length, arrays int32-counted (Kafka's non-flexible encoding)::
 
     OffsetCommitKey    type 1:  group, topic, partition int32
     OffsetCommitValue  v3:      offset int64, leader_epoch int32, metadata, commit_timestamp int64
+                       v1:      offset int64, metadata, commit_timestamp int64,
+                                expire_timestamp int64 (when a commit carries its own expiry)
     GroupMetadataKey   type 2:  group
     GroupMetadataValue v3:      protocol_type, generation int32, protocol?, leader?,
                                 current_state_timestamp int64,
@@ -17,7 +19,10 @@ A null value is a tombstone: the offset, or the whole group, is gone. Kafka
 writes these same bytes, so its tools read our topic and ours read theirs;
 kio carries no schema for these internal records, hence the hand codec.
 Older record versions that Kafka may have written (offset values v0/v1,
-group values v0-v2) are read too.
+group values v0-v2) are read too, and so are offset values v4 (Kafka's first
+flexible version: compact metadata string, tagged fields skipped); a v0
+group value has no rebalance timeout, and reads the session timeout there,
+as Kafka's loader does.
 """
 
 from __future__ import annotations
@@ -149,6 +154,31 @@ class _Reader:
         length = self.i32()
         return b"" if length == -1 else self._take(length)
 
+    def uvarint(self) -> int:
+        value = shift = 0
+        while True:
+            byte = self._take(1)[0]
+            value |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                return value
+            shift += 7
+            if shift > 28:
+                raise RecordFormatError("varint is too long")
+
+    def compact_string(self) -> str | None:
+        length = self.uvarint() - 1
+        if length == -1:
+            return None
+        try:
+            return self._take(length).decode()
+        except UnicodeDecodeError as exc:
+            raise RecordFormatError("string is not UTF-8") from exc
+
+    def skip_tagged_fields(self) -> None:
+        for _ in range(self.uvarint()):
+            self.uvarint()
+            self._take(self.uvarint())
+
 
 def offset_key(group: str, topic: str, partition: int) -> bytes:
     w = _Writer()
@@ -167,7 +197,16 @@ def group_key(group: str) -> bytes:
 
 
 def offset_value(value: OffsetValue) -> bytes:
+    """Version 3, or version 1 (the only one with an expire timestamp) when the
+    commit carries its own expiry, as Kafka's offsetCommitValueVersion picks."""
     w = _Writer()
+    if value.expire_timestamp >= 0:
+        w.i16(1)
+        w.i64(value.offset)
+        w.string(value.metadata)
+        w.i64(value.commit_timestamp)
+        w.i64(value.expire_timestamp)
+        return bytes(w.out)
     w.i16(OFFSET_VALUE_VERSION)
     w.i64(value.offset)
     w.i32(value.leader_epoch)
@@ -215,9 +254,12 @@ def parse_offset_value(data: bytes) -> OffsetValue:
         raise RecordFormatError(f"offset value version {version}")
     offset = r.i64()
     leader_epoch = r.i32() if version >= 3 else -1
-    metadata = r.string() or ""
+    # Version 4 is Kafka's first flexible version: a compact string, then tagged fields.
+    metadata = (r.compact_string() if version >= 4 else r.string()) or ""
     commit_timestamp = r.i64()
     expire_timestamp = r.i64() if version == 1 else -1
+    if version >= 4:
+        r.skip_tagged_fields()
     return OffsetValue(offset, leader_epoch, metadata, commit_timestamp, expire_timestamp)
 
 
@@ -239,6 +281,9 @@ def parse_group_value(data: bytes) -> GroupValue:
         client_host = r.required_string()
         rebalance_timeout = r.i32() if version >= 1 else -1
         session_timeout = r.i32()
+        if version == 0:
+            # As Kafka's loader does: v0 predates the rebalance timeout.
+            rebalance_timeout = session_timeout
         members.append(
             MemberValue(
                 member_id,

@@ -55,7 +55,7 @@ def _join_response(ctx: RequestContext, result: JoinResult) -> Any:
         protocol_type=result.protocol_type,
         protocol_name=result.protocol_name if nullable else (result.protocol_name or ""),
         leader=result.leader,
-        skip_assignment=False,
+        skip_assignment=result.skip_assignment,
         member_id=result.member_id,
         members=tuple(
             api.make(
