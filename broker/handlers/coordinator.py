@@ -4,8 +4,8 @@ A group's coordinator is the leader of its ``__consumer_offsets`` partition.
 The topic is created on the first lookup, with the broker's
 ``offsets.topic.*`` settings, as Kafka creates it; until it exists, or while
 its partition has no leader, the answer is COORDINATOR_NOT_AVAILABLE and
-clients retry. Transactional ids get a clear refusal instead: there is no
-transaction coordinator yet.
+clients retry. Transactional ids get a final refusal instead, with the
+reason in the error message: there is no transaction coordinator yet.
 """
 
 from __future__ import annotations
@@ -62,7 +62,9 @@ async def _lookup(
 ) -> tuple[ErrorCode, str | None, int, str, int]:
     """(error, message, node id, host, port) for one key."""
     if key_type == TRANSACTION:
-        return E.invalid_request, NO_TRANSACTIONS, -1, "", -1
+        # The one answer every client treats as final at once: librdkafka keeps
+        # asking on any other error until its timeout runs out.
+        return E.transactional_id_authorization_failed, NO_TRANSACTIONS, -1, "", -1
     if key_type != GROUP:
         return E.invalid_request, f"Unknown coordinator key type {key_type}.", -1, "", -1
     problem = await ensure_offsets_topic(services)

@@ -103,6 +103,13 @@ def _produce_one(
         return _Outcome(_LOG_ERRORS.get(type(exc), E.unknown_server_error), str(exc))
     except (PartitionError, ProducerStateError) as exc:
         return _Outcome(error(exc.code), str(exc))
+    if info.duplicate:
+        log.info(
+            "event=produce_duplicate topic=%s partition=%d base_offset=%d",
+            topic,
+            data.index,
+            info.first_offset,
+        )
     append_time = None
     if info.log_append_time >= 0:
         append_time = datetime.datetime.fromtimestamp(info.log_append_time / 1000, datetime.UTC)

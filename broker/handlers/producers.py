@@ -6,8 +6,10 @@ idempotent producers (KIP-360) are answered, as Kafka answers them, with a
 fresh id at epoch 0.
 
 Transactions come in a later release. Until then a transactional producer
-is told so at once, not left retrying: InitProducerId with a
-transactional.id is INVALID_REQUEST, and AddPartitionsToTxn,
+is told so at once, not left retrying: FindCoordinator for a transactional
+id and InitProducerId with one answer TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+the error every client (librdkafka included) treats as final, with the
+reason in FindCoordinator's message; AddPartitionsToTxn,
 AddOffsetsToTxn, EndTxn and TxnOffsetCommit answer
 INVALID_PRODUCER_ID_MAPPING, since no producer id belongs to a
 transactional id here.
@@ -16,14 +18,12 @@ transactional id here.
 from __future__ import annotations
 
 import logging
-from typing import Any, Final
+from typing import Any
 
 from shoal.broker.cluster.store import StoreError
 from shoal.broker.handlers.base import NO_THROTTLE, BrokerServices, E, RequestContext
 
 log = logging.getLogger(__name__)
-
-NO_TRANSACTIONS: Final = "Shoal does not support transactions yet."
 
 
 async def handle_init_producer_id(
@@ -38,7 +38,7 @@ async def handle_init_producer_id(
         )
         return api.response(
             throttle_time=NO_THROTTLE,
-            error_code=E.invalid_request,
+            error_code=E.transactional_id_authorization_failed,
             producer_id=-1,
             producer_epoch=-1,
         )

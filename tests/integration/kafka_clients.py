@@ -133,8 +133,6 @@ def kafka_python_produce(bootstrap: str, topic: str, records: list[Rec], codec: 
     producer = KafkaProducer(
         bootstrap_servers=bootstrap,
         compression_type=None if codec == "none" else codec,
-        # Idempotence (InitProducerId) arrives with the consumer-groups issue.
-        enable_idempotence=False,
         acks="all",
         linger_ms=20,
     )
