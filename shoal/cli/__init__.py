@@ -12,6 +12,7 @@ import typer
 
 from shoal.cli.broker import broker
 from shoal.cli.dev import dev
+from shoal.cli.group import group_app
 from shoal.cli.records import consume, produce
 from shoal.cli.topic import topic_app
 
@@ -27,6 +28,7 @@ app.command()(dev)
 app.command()(produce)
 app.command()(consume)
 app.add_typer(topic_app, name="topic")
+app.add_typer(group_app, name="group")
 
 
 def main() -> None:

@@ -126,3 +126,54 @@ def test_broker_help_names_every_environment_variable() -> None:
     text = ok(shoal("broker", "--help"))
     for variable in ("SHOAL_NODE_ID", "SHOAL_DATA_DIR", "SHOAL_LISTEN", "SHOAL_ETCD"):
         assert variable in text
+
+
+def test_group_list_describe_with_lag_and_reset_offsets(broker: BrokerProcess, topic: str) -> None:
+    from confluent_kafka import Consumer
+
+    env = {"SHOAL_BOOTSTRAP": broker.bootstrap}
+    ok(shoal("topic", "create", topic, "-p", "2", env=env))
+    ok(shoal("produce", topic, "-p", "0", stdin=b"".join(b"%d\n" % i for i in range(10)), env=env))
+    group = f"cli-group-{uuid.uuid4().hex[:6]}"
+    consumer = Consumer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    consumer.subscribe([topic])
+    got = 0
+    while got < 4:
+        message = consumer.poll(1)
+        if message is not None and message.error() is None:
+            got += 1
+            consumer.commit(message=message, asynchronous=False)
+    consumer.close()
+
+    assert {"group": group, "state": "empty"} in json.loads(
+        ok(shoal("group", "list", "-o", "json", env=env))
+    )
+    described = json.loads(ok(shoal("group", "describe", group, "-o", "json", env=env)))
+    assert described["state"] == "empty"
+    lag = {row["partition"]: row for row in described["offsets"]}
+    assert (lag[0]["committed"], lag[0]["end"], lag[0]["lag"]) == (4, 10, 6)
+
+    dry = json.loads(
+        ok(
+            shoal(
+                "group", "reset-offsets", group, "-t", topic, "--to-earliest", "-o", "json", env=env
+            )
+        )
+    )
+    assert dry["executed"] is False
+    assert (
+        json.loads(ok(shoal("group", "describe", group, "-o", "json", env=env)))["offsets"][0][
+            "committed"
+        ]
+        == 4
+    )
+    ok(shoal("group", "reset-offsets", group, "-t", topic, "--shift-by", "3", "--execute", env=env))
+    offsets = json.loads(ok(shoal("group", "describe", group, "-o", "json", env=env)))["offsets"]
+    assert {row["partition"]: row["committed"] for row in offsets} == {0: 7, 1: 0}
