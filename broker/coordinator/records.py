@@ -31,6 +31,8 @@ import struct
 from dataclasses import dataclass
 from typing import Final
 
+from shoal.wire.varint import VarintError, read_uvarint
+
 OFFSET_COMMIT_KEY: Final = 1
 GROUP_METADATA_KEY: Final = 2
 OFFSET_VALUE_VERSION: Final = 3
@@ -135,14 +137,16 @@ class _Reader:
     def i64(self) -> int:
         return int(_I64.unpack(self._take(8))[0])
 
-    def string(self) -> str | None:
-        length = self.i16()
+    def _text(self, length: int) -> str | None:
         if length == -1:
             return None
         try:
             return self._take(length).decode()
         except UnicodeDecodeError as exc:
             raise RecordFormatError("string is not UTF-8") from exc
+
+    def string(self) -> str | None:
+        return self._text(self.i16())
 
     def required_string(self) -> str:
         value = self.string()
@@ -155,24 +159,14 @@ class _Reader:
         return b"" if length == -1 else self._take(length)
 
     def uvarint(self) -> int:
-        value = shift = 0
-        while True:
-            byte = self._take(1)[0]
-            value |= (byte & 0x7F) << shift
-            if not byte & 0x80:
-                return value
-            shift += 7
-            if shift > 28:
-                raise RecordFormatError("varint is too long")
+        try:
+            value, self.pos = read_uvarint(memoryview(self.data), self.pos, len(self.data))
+        except VarintError as exc:
+            raise RecordFormatError(str(exc)) from exc
+        return value
 
     def compact_string(self) -> str | None:
-        length = self.uvarint() - 1
-        if length == -1:
-            return None
-        try:
-            return self._take(length).decode()
-        except UnicodeDecodeError as exc:
-            raise RecordFormatError("string is not UTF-8") from exc
+        return self._text(self.uvarint() - 1)
 
     def skip_tagged_fields(self) -> None:
         for _ in range(self.uvarint()):

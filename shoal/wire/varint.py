@@ -2,7 +2,8 @@
 
 Seven bits a byte, low group first, high bit set on every byte but the last.
 kio has its own, natively; these serve the code that works around kio (the
-request guard and the records splicer), which reads and writes a few lengths.
+request guard, the records splicer, the coordinator's offsets-topic records),
+which read and write a few lengths.
 """
 
 from __future__ import annotations

@@ -173,6 +173,17 @@ def test_offset_value_version_4_without_tagged_fields() -> None:
     assert parse_offset_value(raw) == OffsetValue(77, -1, "", 1234, -1)
 
 
+@pytest.mark.parametrize(
+    "tail",
+    [b"\x80", b"\xff\xff\xff\xff\xff\x01"],
+    ids=["varint cut short", "varint of six bytes"],
+)
+def test_a_broken_varint_in_a_flexible_offset_value_is_a_format_error(tail: bytes) -> None:
+    raw = i16(4) + i64(77) + i32(-1) + compact_string("") + i64(1234) + tail
+    with pytest.raises(RecordFormatError):
+        parse_offset_value(raw)
+
+
 def test_offset_value_of_an_unknown_version_is_a_format_error() -> None:
     with pytest.raises(RecordFormatError):
         parse_offset_value(i16(5) + i64(1) + i32(0) + string("") + i64(2))
@@ -228,9 +239,9 @@ def test_empty_group_value_round_trips_with_null_protocol_and_leader() -> None:
     assert parse_group_value(raw) == value
 
 
-def test_group_value_version_0_is_read() -> None:
-    # v0: no current_state_timestamp, no group_instance_id, no rebalance_timeout.
-    raw = (
+def group_value_v0(subscription: bytes, assignment: bytes) -> bytes:
+    """A v0 group value, with one member: no state timestamp, instance id or rebalance timeout."""
+    return (
         i16(0)
         + string("consumer")
         + i32(2)
@@ -241,10 +252,13 @@ def test_group_value_version_0_is_read() -> None:
         + string("client")
         + string("/host")
         + i32(30_000)
-        + blob(b"sub")
-        + blob(b"assignment")
+        + blob(subscription)
+        + blob(assignment)
     )
-    parsed = parse_group_value(raw)
+
+
+def test_group_value_version_0_is_read() -> None:
+    parsed = parse_group_value(group_value_v0(b"sub", b"assignment"))
     assert (parsed.protocol_type, parsed.generation, parsed.protocol, parsed.leader) == (
         "consumer",
         2,
@@ -263,20 +277,7 @@ def test_group_value_version_0_is_read() -> None:
 def test_group_value_version_0_takes_the_session_timeout_as_rebalance_timeout() -> None:
     # Kafka's loader (GroupMetadataManager.readGroupMessageValue) does this for v0,
     # which has no rebalance timeout: a -1 would end every later rebalance at once.
-    raw = (
-        i16(0)
-        + string("consumer")
-        + i32(2)
-        + string("range")
-        + string("m-1")
-        + i32(1)
-        + string("m-1")
-        + string("client")
-        + string("/host")
-        + i32(30_000)
-        + blob(b"")
-        + blob(b"")
-    )
+    raw = group_value_v0(b"", b"")
     assert parse_group_value(raw).members[0].rebalance_timeout_ms == 30_000
 
 
