@@ -159,9 +159,9 @@ class DevCluster:
         )
         (self.data_dir / "dev.env").write_text(
             "# Written by `shoal dev`: source it to point the shoal CLI at this cluster.\n"
-            f"SHOAL_BOOTSTRAP={self.bootstrap}\n"
-            f"SHOAL_ETCD={etcd_url}\n"
-            f"SHOAL_CLIENT_CONFIG={self.data_dir / 'client.properties'}\n"
+            f"export SHOAL_BOOTSTRAP={self.bootstrap}\n"
+            f"export SHOAL_ETCD={etcd_url}\n"
+            f"export SHOAL_CLIENT_CONFIG={self.data_dir / 'client.properties'}\n"
         )
 
     def _announce(self, etcd_url: str) -> None:

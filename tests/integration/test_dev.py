@@ -3,6 +3,7 @@ keeps its data across runs and stops every child on SIGTERM."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -62,6 +63,16 @@ def test_dev_cluster_lifecycle(tmp_path: Path) -> None:
         assert f"SHOAL_ETCD=http://127.0.0.1:{etcd_port}" in env_file
 
         assert b"broker 0 at 127.0.0.1" in kcat(properties, "-L")
+        # What the README tells a newcomer to do: source the file, then use the CLI.
+        listed = subprocess.run(
+            ["bash", "-c", f"source {data_dir / 'dev.env'} && {sys.executable} -P -m shoal "
+             "topic list -o json"],
+            capture_output=True,
+            timeout=60,
+            env={k: v for k, v in os.environ.items() if not k.startswith("SHOAL_")},
+        )  # fmt: skip
+        assert listed.returncode == 0, listed.stderr.decode()
+        assert json.loads(listed.stdout) == []
         subprocess.run(
             [
                 sys.executable,
