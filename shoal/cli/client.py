@@ -8,11 +8,14 @@ each ``-X key=value``. Without a bootstrap anywhere, ``SHOAL_BOOTSTRAP`` or
 
 from __future__ import annotations
 
+import logging
 import os
+import sys
 from pathlib import Path
-from typing import Annotated, Final
+from typing import Annotated, Any, Final
 
 import typer
+from confluent_kafka import KafkaException
 
 DEFAULT_BOOTSTRAP: Final = "127.0.0.1:9092"
 
@@ -60,12 +63,49 @@ def parse_pairs(items: list[str] | None, what: str) -> dict[str, str]:
     return pairs
 
 
+class _FirstWarningOnly(logging.Handler):
+    """Shows librdkafka's first warning and drops the rest.
+
+    While a broker is down librdkafka logs every reconnect attempt, many a
+    second; a person at a terminal needs the first, then the command's own
+    outcome.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.spoke = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if not self.spoke:
+            self.spoke = True
+            # "FAIL [rdkafka#consumer-1] [thrd:...]: host:port/id: what happened"
+            text = record.getMessage().rsplit("]: ", 1)[-1]
+            sys.stderr.write(f"warning: {text} (further warnings not shown)\n")
+
+
+def _librdkafka_logger() -> logging.Logger:
+    logger = logging.getLogger("shoal.cli.librdkafka")
+    if not logger.handlers:
+        logger.addHandler(_FirstWarningOnly())
+        logger.propagate = False
+    return logger
+
+
 def client_config(
     bootstrap: str | None, config_file: Path | None, properties: list[str] | None
-) -> dict[str, str]:
-    config = read_properties(config_file) if config_file else {}
+) -> dict[str, Any]:
+    config: dict[str, Any] = read_properties(config_file) if config_file else {}
+    config["logger"] = _librdkafka_logger()
     if bootstrap:
         config["bootstrap.servers"] = bootstrap
     config.update(parse_pairs(properties, "-X"))
     config.setdefault("bootstrap.servers", os.environ.get("SHOAL_BOOTSTRAP", DEFAULT_BOOTSTRAP))
     return config
+
+
+def fail(exc: BaseException) -> typer.Exit:
+    """Print ``error: <Kafka's message>`` and return the Exit to raise."""
+    error = exc.args[0] if isinstance(exc, KafkaException) and exc.args else exc
+    message = getattr(error, "str", lambda: str(error))()
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(1)

@@ -12,35 +12,20 @@ from datetime import datetime
 from typing import Annotated, Any
 
 import typer
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 from rich.console import Console
 from rich.table import Table
 
+from shoal.cli.admin import admin_client, cluster_metadata, wait
 from shoal.cli.client import (
     BootstrapOption,
     ConfigFileOption,
     OutputOption,
     PropertyOption,
-    client_config,
 )
 
 group_app = typer.Typer(help="List, describe and reset consumer groups.", no_args_is_help=True)
-_TIMEOUT_S = 30
-
-
-def _admin(bootstrap: str | None, config_file: Any, properties: list[str] | None) -> AdminClient:
-    return AdminClient(client_config(bootstrap, config_file, properties))
-
-
-def _result(future: Any) -> Any:
-    try:
-        return future.result(timeout=_TIMEOUT_S)
-    except KafkaException as exc:
-        error = exc.args[0] if exc.args else exc
-        message = getattr(error, "str", lambda: str(error))()
-        typer.echo(f"error: {message}", err=True)
-        raise typer.Exit(1) from exc
 
 
 def _state(value: Any) -> str:
@@ -55,8 +40,8 @@ def list_groups(
     properties: PropertyOption = None,
 ) -> None:
     """Every consumer group with its state."""
-    admin = _admin(bootstrap, config_file, properties)
-    listed = _result(admin.list_consumer_groups())
+    admin = admin_client(bootstrap, config_file, properties)
+    listed = wait(admin.list_consumer_groups())
     rows = sorted(
         ({"group": g.group_id, "state": _state(g.state)} for g in listed.valid),
         key=lambda row: row["group"],
@@ -72,11 +57,11 @@ def list_groups(
 
 def _lag(admin: AdminClient, group: str) -> list[dict[str, Any]]:
     request = ConsumerGroupTopicPartitions(group)
-    committed = _result(admin.list_consumer_group_offsets([request])[group]).topic_partitions
+    committed = wait(admin.list_consumer_group_offsets([request])[group]).topic_partitions
     if not committed:
         return []
     ends = {
-        (tp.topic, tp.partition): _result(future).offset
+        (tp.topic, tp.partition): wait(future).offset
         for tp, future in admin.list_offsets(
             {TopicPartition(tp.topic, tp.partition): OffsetSpec.latest() for tp in committed}
         ).items()
@@ -105,8 +90,8 @@ def describe(
     properties: PropertyOption = None,
 ) -> None:
     """Members, assignments, and lag per partition (log end minus committed offset)."""
-    admin = _admin(bootstrap, config_file, properties)
-    described = _result(admin.describe_consumer_groups([group])[group])
+    admin = admin_client(bootstrap, config_file, properties)
+    described = wait(admin.describe_consumer_groups([group])[group])
     members = [
         {
             "member": m.member_id,
@@ -182,8 +167,8 @@ def reset_offsets(
         raise typer.BadParameter(
             "give exactly one of --to-earliest, --to-latest, --to-offset, --to-datetime, --shift-by"
         )
-    admin = _admin(bootstrap, config_file, properties)
-    metadata = admin.list_topics(topic=topic, timeout=_TIMEOUT_S).topics.get(topic)
+    admin = admin_client(bootstrap, config_file, properties)
+    metadata = cluster_metadata(admin, topic).topics.get(topic)
     if metadata is None or metadata.error is not None:
         typer.echo(f"error: unknown topic {topic}", err=True)
         raise typer.Exit(1)
@@ -191,7 +176,7 @@ def reset_offsets(
 
     def offsets_for(spec: Any) -> dict[int, int]:
         futures = admin.list_offsets({tp: spec for tp in partitions})
-        return {tp.partition: _result(f).offset for tp, f in futures.items()}
+        return {tp.partition: wait(f).offset for tp, f in futures.items()}
 
     earliest = offsets_for(OffsetSpec.earliest())
     latest = offsets_for(OffsetSpec.latest())
@@ -219,7 +204,7 @@ def reset_offsets(
         request = ConsumerGroupTopicPartitions(
             group, [TopicPartition(topic, p, o) for p, o in sorted(plan.items())]
         )
-        _result(admin.alter_consumer_group_offsets([request])[group])
+        wait(admin.alter_consumer_group_offsets([request])[group])
     if output == "json":
         typer.echo(json.dumps({"executed": execute, "offsets": rows}, indent=2))
         return

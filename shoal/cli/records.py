@@ -17,6 +17,7 @@ from confluent_kafka import (
     OFFSET_END,
     Consumer,
     KafkaError,
+    KafkaException,
     Producer,
     TopicPartition,
 )
@@ -26,10 +27,12 @@ from shoal.cli.client import (
     ConfigFileOption,
     PropertyOption,
     client_config,
+    fail,
     parse_pairs,
 )
 
 _POLL_S: Final = 0.5
+_METADATA_TIMEOUT_S: Final = 30
 _ESCAPES: Final = {"\\n": "\n", "\\t": "\t", "\\r": "\r", "\\0": "\0"}
 
 
@@ -170,7 +173,10 @@ def consume(
     config.update({"enable.auto.commit": "false", "enable.partition.eof": "true"})
     consumer = Consumer(config)
     try:
-        metadata = consumer.list_topics(topic, timeout=30)
+        try:
+            metadata = consumer.list_topics(topic, timeout=_METADATA_TIMEOUT_S)
+        except KafkaException as exc:
+            raise fail(exc) from exc
         described = metadata.topics.get(topic)
         if described is None or described.error is not None:
             reason = described.error.str() if described and described.error else "unknown topic"

@@ -19,37 +19,19 @@ from confluent_kafka.admin import (
 from rich.console import Console
 from rich.table import Table
 
+from shoal.cli.admin import TIMEOUT_S, admin_client, cluster_metadata, wait
 from shoal.cli.client import (
     BootstrapOption,
     ConfigFileOption,
     OutputOption,
     PropertyOption,
-    client_config,
+    fail,
     parse_pairs,
 )
 
 topic_app = typer.Typer(
     help="Create, list, describe, alter and delete topics.", no_args_is_help=True
 )
-_TIMEOUT_S = 30
-
-
-def _admin(bootstrap: str | None, config_file: Any, properties: list[str] | None) -> AdminClient:
-    return AdminClient(client_config(bootstrap, config_file, properties))
-
-
-def _fail(exc: BaseException) -> typer.Exit:
-    error = exc.args[0] if isinstance(exc, KafkaException) and exc.args else exc
-    message = getattr(error, "str", lambda: str(error))()
-    typer.echo(f"error: {message}", err=True)
-    return typer.Exit(1)
-
-
-def _result(future: Any) -> Any:
-    try:
-        return future.result(timeout=_TIMEOUT_S)
-    except KafkaException as exc:
-        raise _fail(exc) from exc
 
 
 def _print(output: str, data: Any, table: Table | None) -> None:
@@ -75,14 +57,14 @@ def create(
     properties: PropertyOption = None,
 ) -> None:
     """Create a topic (the broker's defaults fill in what is not given)."""
-    admin = _admin(bootstrap, config_file, properties)
+    admin = admin_client(bootstrap, config_file, properties)
     topic = NewTopic(
         name,
         num_partitions=partitions,
         replication_factor=replication_factor,
         config=parse_pairs(config, "--config"),
     )
-    _result(admin.create_topics([topic], operation_timeout=_TIMEOUT_S)[name])
+    wait(admin.create_topics([topic], operation_timeout=TIMEOUT_S)[name])
     described = _describe(admin, name)
     if output == "json":
         _print(output, described, None)
@@ -98,11 +80,8 @@ def list_topics(
     properties: PropertyOption = None,
 ) -> None:
     """List topics with their partition counts."""
-    admin = _admin(bootstrap, config_file, properties)
-    try:
-        metadata = admin.list_topics(timeout=_TIMEOUT_S)
-    except KafkaException as exc:
-        raise _fail(exc) from exc
+    admin = admin_client(bootstrap, config_file, properties)
+    metadata = cluster_metadata(admin)
     rows = [
         {"name": name, "partitions": len(t.partitions)}
         for name, t in sorted(metadata.topics.items())
@@ -114,18 +93,15 @@ def list_topics(
 
 
 def _describe(admin: AdminClient, name: str) -> dict[str, Any]:
-    try:
-        metadata = admin.list_topics(topic=name, timeout=_TIMEOUT_S)
-    except KafkaException as exc:
-        raise _fail(exc) from exc
+    metadata = cluster_metadata(admin, name)
     topic = metadata.topics[name]
     if topic.error is not None:
-        raise _fail(KafkaException(topic.error))
+        raise fail(KafkaException(topic.error))
     tps = [TopicPartition(name, p) for p in sorted(topic.partitions)]
     earliest = _result_all(admin.list_offsets({tp: OffsetSpec.earliest() for tp in tps}))
     latest = _result_all(admin.list_offsets({tp: OffsetSpec.latest() for tp in tps}))
     resource = ConfigResource("topic", name)
-    configs = _result(admin.describe_configs([resource])[resource])
+    configs = wait(admin.describe_configs([resource])[resource])
     return {
         "name": name,
         "topic_id": str(topic.topic_id) if getattr(topic, "topic_id", None) else None,
@@ -148,7 +124,7 @@ def _describe(admin: AdminClient, name: str) -> dict[str, Any]:
 
 
 def _result_all(futures: dict[Any, Any]) -> dict[tuple[str, int], int]:
-    return {(tp.topic, tp.partition): _result(f).offset for tp, f in futures.items()}
+    return {(tp.topic, tp.partition): wait(f).offset for tp, f in futures.items()}
 
 
 @topic_app.command("describe")
@@ -163,7 +139,7 @@ def describe(
     properties: PropertyOption = None,
 ) -> None:
     """Partitions (leader, replicas, ISR, offsets) and configs of a topic."""
-    described = _describe(_admin(bootstrap, config_file, properties), name)
+    described = _describe(admin_client(bootstrap, config_file, properties), name)
     if output == "json":
         _print(output, described, None)
         return
@@ -205,10 +181,10 @@ def alter(
     properties: PropertyOption = None,
 ) -> None:
     """Grow a topic's partitions and change its configs."""
-    admin = _admin(bootstrap, config_file, properties)
+    admin = admin_client(bootstrap, config_file, properties)
     if partitions is not None:
         futures = admin.create_partitions([NewPartitions(name, partitions)])
-        _result(futures[name])
+        wait(futures[name])
         typer.echo(f"{name} now has {partitions} partitions")
     entries = [
         ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET)
@@ -219,7 +195,7 @@ def alter(
     ]
     if entries:
         resource = ConfigResource("topic", name, incremental_configs=entries)
-        _result(admin.incremental_alter_configs([resource])[resource])
+        wait(admin.incremental_alter_configs([resource])[resource])
         typer.echo(f"{name}: {len(entries)} config change(s) applied")
 
 
@@ -231,6 +207,6 @@ def delete(
     properties: PropertyOption = None,
 ) -> None:
     """Delete a topic and all its records."""
-    admin = _admin(bootstrap, config_file, properties)
-    _result(admin.delete_topics([name], operation_timeout=_TIMEOUT_S)[name])
+    admin = admin_client(bootstrap, config_file, properties)
+    wait(admin.delete_topics([name], operation_timeout=TIMEOUT_S)[name])
     typer.echo(f"deleted topic {name}")

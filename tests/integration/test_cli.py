@@ -9,7 +9,7 @@ import sys
 import uuid
 
 import pytest
-from harness import BrokerProcess
+from harness import BrokerProcess, free_port
 
 
 def shoal(
@@ -120,6 +120,16 @@ def test_produce_to_an_unknown_topic_fails(broker: BrokerProcess) -> None:
     )
     assert result.returncode == 1
     assert b"produced 0 of 1" in result.stderr
+
+
+def test_a_cluster_that_is_not_there_gets_one_warning_and_a_clean_failure() -> None:
+    nobody = f"127.0.0.1:{free_port()}"
+    result = shoal("produce", "t", "-b", nobody, "-X", "message.timeout.ms=2000", stdin=b"x\n")
+    assert result.returncode == 1
+    stderr = result.stderr.decode()
+    assert "Traceback" not in stderr
+    assert stderr.count("Connection refused") == 1, stderr
+    assert "produced 0 of 1" in stderr
 
 
 def test_broker_help_names_every_environment_variable() -> None:
