@@ -7,13 +7,14 @@ with one ``error:`` line on stderr and exit status 1, never a traceback.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 from typing import Any, Final
 
-from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient, ClusterMetadata
+from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, ClusterMetadata, OffsetSpec
 
 from shoal.cli.client import client_config, fail
 
@@ -41,3 +42,11 @@ def cluster_metadata(admin: AdminClient, topic: str | None = None) -> ClusterMet
         return admin.list_topics(topic=topic, timeout=TIMEOUT_S)
     except KafkaException as exc:
         raise fail(exc) from exc
+
+
+def list_offsets(
+    admin: AdminClient, partitions: Iterable[tuple[str, int]], spec: OffsetSpec
+) -> dict[tuple[str, int], int]:
+    """ListOffsets for each (topic, partition) with one spec: earliest, latest or a time."""
+    futures = admin.list_offsets({TopicPartition(t, p): spec for t, p in partitions})
+    return {(tp.topic, tp.partition): wait(f).offset for tp, f in futures.items()}

@@ -17,7 +17,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 from rich.console import Console
 from rich.table import Table
 
-from shoal.cli.admin import admin_client, cluster_metadata, wait
+from shoal.cli.admin import admin_client, cluster_metadata, list_offsets, wait
 from shoal.cli.client import (
     BootstrapOption,
     ConfigFileOption,
@@ -60,12 +60,7 @@ def _lag(admin: AdminClient, group: str) -> list[dict[str, Any]]:
     committed = wait(admin.list_consumer_group_offsets([request])[group]).topic_partitions
     if not committed:
         return []
-    ends = {
-        (tp.topic, tp.partition): wait(future).offset
-        for tp, future in admin.list_offsets(
-            {TopicPartition(tp.topic, tp.partition): OffsetSpec.latest() for tp in committed}
-        ).items()
-    }
+    ends = list_offsets(admin, [(tp.topic, tp.partition) for tp in committed], OffsetSpec.latest())
     rows = []
     for tp in sorted(committed, key=lambda t: (t.topic, t.partition)):
         end = ends[(tp.topic, tp.partition)]
@@ -172,11 +167,10 @@ def reset_offsets(
     if metadata is None or metadata.error is not None:
         typer.echo(f"error: unknown topic {topic}", err=True)
         raise typer.Exit(1)
-    partitions = [TopicPartition(topic, p) for p in sorted(metadata.partitions)]
+    partitions = [(topic, p) for p in sorted(metadata.partitions)]
 
-    def offsets_for(spec: Any) -> dict[int, int]:
-        futures = admin.list_offsets({tp: spec for tp in partitions})
-        return {tp.partition: wait(f).offset for tp, f in futures.items()}
+    def offsets_for(spec: OffsetSpec) -> dict[int, int]:
+        return {p: o for (_, p), o in list_offsets(admin, partitions, spec).items()}
 
     earliest = offsets_for(OffsetSpec.earliest())
     latest = offsets_for(OffsetSpec.latest())

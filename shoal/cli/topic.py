@@ -6,7 +6,7 @@ import json
 from typing import Annotated, Any
 
 import typer
-from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -19,7 +19,7 @@ from confluent_kafka.admin import (
 from rich.console import Console
 from rich.table import Table
 
-from shoal.cli.admin import TIMEOUT_S, admin_client, cluster_metadata, wait
+from shoal.cli.admin import TIMEOUT_S, admin_client, cluster_metadata, list_offsets, wait
 from shoal.cli.client import (
     BootstrapOption,
     ConfigFileOption,
@@ -97,9 +97,9 @@ def _describe(admin: AdminClient, name: str) -> dict[str, Any]:
     topic = metadata.topics[name]
     if topic.error is not None:
         raise fail(KafkaException(topic.error))
-    tps = [TopicPartition(name, p) for p in sorted(topic.partitions)]
-    earliest = _result_all(admin.list_offsets({tp: OffsetSpec.earliest() for tp in tps}))
-    latest = _result_all(admin.list_offsets({tp: OffsetSpec.latest() for tp in tps}))
+    tps = [(name, p) for p in sorted(topic.partitions)]
+    earliest = list_offsets(admin, tps, OffsetSpec.earliest())
+    latest = list_offsets(admin, tps, OffsetSpec.latest())
     resource = ConfigResource("topic", name)
     configs = wait(admin.describe_configs([resource])[resource])
     return {
@@ -121,10 +121,6 @@ def _describe(admin: AdminClient, name: str) -> dict[str, Any]:
             for entry in configs.values()
         },
     }
-
-
-def _result_all(futures: dict[Any, Any]) -> dict[tuple[str, int], int]:
-    return {(tp.topic, tp.partition): wait(f).offset for tp, f in futures.items()}
 
 
 @topic_app.command("describe")
