@@ -10,6 +10,7 @@ import subprocess
 import time
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer
 from confluent_kafka import TopicPartition as CTopicPartition
@@ -124,6 +125,11 @@ def confluent_consume(bootstrap: str, topic: str, counts: dict[int, int]) -> lis
     return out
 
 
+def _python_client_rec(m: Any) -> Rec:
+    """A kafka-python or aiokafka ConsumerRecord (the two share their fields)."""
+    return Rec(m.partition, m.key, m.value, tuple(m.headers), m.timestamp, m.offset)
+
+
 # -- kafka-python -------------------------------------------------------------------
 
 
@@ -165,17 +171,7 @@ def kafka_python_consume(bootstrap: str, topic: str, counts: dict[int, int]) -> 
     deadline = time.monotonic() + 30
     while len(out) < sum(counts.values()) and time.monotonic() < deadline:
         for messages in consumer.poll(timeout_ms=500).values():
-            out.extend(
-                Rec(
-                    m.partition,
-                    m.key,
-                    m.value,
-                    tuple(m.headers),
-                    m.timestamp,
-                    m.offset,
-                )
-                for m in messages
-            )
+            out.extend(map(_python_client_rec, messages))
     consumer.close()
     return out
 
@@ -227,17 +223,7 @@ async def _aiokafka_consume(bootstrap: str, topic: str, counts: dict[int, int]) 
         while len(out) < sum(counts.values()) and time.monotonic() < deadline:
             batch = await consumer.getmany(timeout_ms=500)
             for messages in batch.values():
-                out.extend(
-                    Rec(
-                        m.partition,
-                        m.key,
-                        m.value,
-                        tuple(m.headers),
-                        m.timestamp,
-                        m.offset,
-                    )
-                    for m in messages
-                )
+                out.extend(map(_python_client_rec, messages))
     finally:
         await consumer.stop()
     return out
