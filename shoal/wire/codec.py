@@ -79,6 +79,8 @@ class ApiSchema:
         self._read_request = entity_reader(self.request_class)
         self._write_response = entity_writer(self.response_class)
         self._request_header_reader = entity_reader(self.request_class.__header_schema__)
+        self.write_request = entity_writer(self.request_class)
+        self.read_response = entity_reader(self.response_class)
 
     def has_class(self, class_name: str) -> bool:
         """Whether this version's response has the struct (some arrive in later versions)."""
@@ -96,6 +98,15 @@ class ApiSchema:
 
     def response(self, **values: Any) -> Any:
         return self.make(self.response_class.__name__, **values)
+
+    def make_request(self, class_name: str, /, **values: Any) -> Any:
+        """Build a request entity of this version (the client side: replica fetchers)."""
+        cls = getattr(self._request_module, class_name)
+        names = _field_names(cls)
+        return cls(**{k: v for k, v in values.items() if k in names})
+
+    def request(self, **values: Any) -> Any:
+        return self.make_request(self.request_class.__name__, **values)
 
     def decode_body(self, frame: memoryview, offset: int) -> Any:
         body, _ = self._read_request(frame, offset)
@@ -205,6 +216,44 @@ def response_header(header: RequestHeader, api: ApiSchema) -> bytes:
     if api.flexible and header.api_key != API_VERSIONS_KEY:
         return correlation + _TAGGED_FIELDS_NONE
     return correlation
+
+
+def encode_request(api: ApiSchema, correlation_id: int, client_id: str, body: Any) -> bytes:
+    """A whole request frame: size prefix, request header, body."""
+    header_class = api.request_class.__header_schema__
+    header = header_class(
+        request_api_key=api.api_key,
+        request_api_version=api.version,
+        correlation_id=correlation_id,
+        client_id=client_id,
+    )
+    out = io.BytesIO()
+    out.write(b"\0\0\0\0")
+    entity_writer(header_class)(out, header)
+    api.write_request(out, body)
+    frame = out.getbuffer()
+    _INT32.pack_into(frame, 0, len(frame) - 4)
+    return bytes(frame)
+
+
+def decode_response(api: ApiSchema, frame: bytes | bytearray | memoryview) -> tuple[int, Any]:
+    """(correlation id, body) of one response frame without its size prefix.
+
+    Raises MalformedRequestError (the peer sent bytes that do not parse).
+    """
+    view = memoryview(frame).toreadonly()
+    try:
+        (correlation_id,) = _INT32.unpack_from(view)
+        offset = _INT32.size
+        if api.flexible and api.api_key != API_VERSIONS_KEY:
+            # Response header v1: tagged fields; only the empty set is ever sent.
+            offset += 1
+        body, _ = api.read_response(view, offset)
+    except (SerialError, ValueError, OverflowError, IndexError, KeyError, struct.error) as exc:
+        raise MalformedRequestError(
+            f"API key {api.api_key} v{api.version} response does not decode: {exc!r}"
+        ) from exc
+    return correlation_id, body
 
 
 def encode_response(
