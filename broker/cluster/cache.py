@@ -19,6 +19,7 @@ class MetadataCache:
         self.image = image
         self._listeners: list[Callable[[ClusterImage], None]] = []
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._changed: asyncio.Event | None = None
 
     def add_listener(self, listener: Callable[[ClusterImage], None]) -> None:
         self._listeners.append(listener)
@@ -35,6 +36,8 @@ class MetadataCache:
             else:
                 pending.append((revision, waiter))
         self._waiters = pending
+        if self._changed is not None:
+            self._changed.set()
 
     async def wait_for(self, revision: int, timeout_s: float) -> bool:
         """Wait until the image reaches ``revision``; False if it did not in time."""
@@ -46,4 +49,21 @@ class MetadataCache:
             await asyncio.wait_for(waiter, timeout_s)
         except TimeoutError:
             return False
+        return True
+
+    async def wait_until(self, condition: Callable[[ClusterImage], bool], timeout_s: float) -> bool:
+        """Wait until an image satisfies ``condition``; False if none did in time."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        if self._changed is None:
+            self._changed = asyncio.Event()
+        while not condition(self.image):
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            self._changed.clear()
+            try:
+                await asyncio.wait_for(self._changed.wait(), remaining)
+            except TimeoutError:
+                return condition(self.image)
         return True

@@ -5,12 +5,16 @@ as ZooKeeper's chroot did for Kafka)::
 
     <root>/cluster/id                   the cluster id, created once
     <root>/brokers/<node id>            BrokerRegistration JSON, under a lease
+    <root>/controller                   the elected controller's node id, under its lease
     <root>/topics/<name>                TopicRecord JSON
     <root>/partitions/<name>/<index>    PartitionState JSON
 
 A topic and its partition states change together in one transaction; a
 topic update compares the record's mod revision, so concurrent writers
-cannot both win. A broker's registration lives under a lease that it
+cannot both win. Partition states are changed the same way, each compared
+with its own mod revision, and a controller's changes also compare the
+controller key's create revision (its epoch): a controller that lost the
+election while it was deciding writes nothing. A broker's registration lives under a lease that it
 renews; if the broker dies, etcd drops the key after the lease's TTL, which
 is how the cluster learns that a broker is gone.
 
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -35,6 +40,7 @@ import aetcd.exceptions
 from shoal.broker.cluster.model import (
     BrokerRegistration,
     ClusterImage,
+    ControllerLease,
     NodeId,
     PartitionState,
     TopicImage,
@@ -44,6 +50,7 @@ from shoal.broker.cluster.model import (
 )
 from shoal.broker.cluster.store import (
     ConflictError,
+    PartitionChange,
     StoreError,
     StoreUnavailableError,
     TopicExistsError,
@@ -55,6 +62,8 @@ log = logging.getLogger(__name__)
 DEFAULT_ROOT: Final = "/shoal"
 _RETRY_S: Final = 1.0
 _CAS_ATTEMPTS: Final = 20
+_TXN_OPS: Final = 100
+"""Partition changes per etcd transaction; etcd refuses more than 128 operations in one."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,6 +201,78 @@ class EtcdMetadataStore:
                 await self._lease.revoke()
             self._lease = None
 
+    async def update_registration(self, registration: BrokerRegistration) -> int:
+        """Rewrite this broker's registration under its lease (controlled shutdown)."""
+        put = await self._call(
+            self._client.put(
+                self._key("brokers", registration.node_id),
+                registration.to_json(),
+                lease=self._lease,
+            )
+        )
+        self._registration = registration
+        return int(put.header.revision)
+
+    # -- controller ------------------------------------------------------------
+
+    async def campaign(self, node_id: NodeId) -> bool:
+        """Try to become controller: the key is created only if absent, under our lease.
+
+        The key goes when our lease ends (crash, partition from etcd), and
+        every broker watching the image campaigns again.
+        """
+        if self._lease is None:
+            return False
+        key = self._key("controller")
+        t = self._client.transactions
+        ok, _ = await self._call(
+            self._client.transaction(
+                compare=[t.version(key) == 0],
+                success=[t.put(key, json.dumps({"node_id": node_id}).encode(), lease=self._lease)],
+                failure=[],
+            )
+        )
+        return bool(ok)
+
+    async def resign(self, lease: ControllerLease) -> None:
+        """Give up the controller key if it is still ours, so another broker takes over now."""
+        key = self._key("controller")
+        t = self._client.transactions
+        with contextlib.suppress(StoreError):
+            await self._call(
+                self._client.transaction(
+                    compare=[t.create(key) == lease.epoch], success=[t.delete(key)], failure=[]
+                )
+            )
+
+    async def update_partitions(
+        self, changes: Sequence[PartitionChange], controller: ControllerLease | None = None
+    ) -> int:
+        """Write partition states, each only if unchanged since ``expected_revision``.
+
+        With ``controller``, only while that controller still holds office.
+        Changes go in transactions of at most :data:`_TXN_OPS`; ConflictError
+        if any transaction lost (the ones before it stand: each change is
+        independently valid).
+        """
+        t = self._client.transactions
+        revision = 0
+        for start in range(0, len(changes), _TXN_OPS):
+            chunk = changes[start : start + _TXN_OPS]
+            compare = [
+                t.mod(self._partition_key(c.topic, c.index)) == c.expected_revision for c in chunk
+            ]
+            if controller is not None:
+                compare.append(t.create(self._key("controller")) == controller.epoch)
+            puts = [t.put(self._partition_key(c.topic, c.index), c.state.to_json()) for c in chunk]
+            ok, responses = await self._call(
+                self._client.transaction(compare=compare, success=puts, failure=[])
+            )
+            if not ok:
+                raise ConflictError("partition state changed concurrently")
+            revision = int(responses[0].response_put.header.revision)
+        return revision
+
     # -- topics ----------------------------------------------------------------
 
     async def create_topic(self, record: TopicRecord, states: Sequence[PartitionState]) -> int:
@@ -284,7 +365,7 @@ class EtcdMetadataStore:
         snapshot = await self._client.get_prefix(root)
         state = _ImageBuilder(self._root)
         for kv in snapshot:
-            state.put(kv.key, kv.value, kv.mod_revision)
+            state.put(kv.key, kv.value, kv.mod_revision, kv.create_revision)
         revision = snapshot.header.revision
         yield state.image(revision)
         queue: asyncio.Queue[Any] = asyncio.Queue()
@@ -310,7 +391,12 @@ class EtcdMetadataStore:
                     if isinstance(event, Exception):
                         raise event
                     if event.kind == aetcd.rtypes.EventKind.PUT:
-                        state.put(event.kv.key, event.kv.value, event.kv.mod_revision)
+                        state.put(
+                            event.kv.key,
+                            event.kv.value,
+                            event.kv.mod_revision,
+                            event.kv.create_revision,
+                        )
                     else:
                         state.delete(event.kv.key)
                     revision = max(revision, event.kv.mod_revision)
@@ -328,13 +414,14 @@ class _ImageBuilder:
         self._root = root
         self.cluster_id = ""
         self.brokers: dict[NodeId, BrokerRegistration] = {}
+        self.controller: ControllerLease | None = None
         self.topics: dict[TopicName, tuple[TopicRecord, int]] = {}
-        self.partitions: dict[TopicName, dict[int, PartitionState]] = {}
+        self.partitions: dict[TopicName, dict[int, tuple[PartitionState, int]]] = {}
 
     def _parts(self, key: bytes) -> list[str]:
         return key[len(self._root) + 1 :].decode().split("/")
 
-    def put(self, key: bytes, value: bytes, mod_revision: int) -> None:
+    def put(self, key: bytes, value: bytes, mod_revision: int, create_revision: int) -> None:
         parts = self._parts(key)
         try:
             match parts:
@@ -342,11 +429,14 @@ class _ImageBuilder:
                     self.cluster_id = value.decode()
                 case ["brokers", node]:
                     self.brokers[NodeId(int(node))] = BrokerRegistration.from_json(value)
+                case ["controller"]:
+                    node_id = NodeId(int(json.loads(value)["node_id"]))
+                    self.controller = ControllerLease(node_id, create_revision)
                 case ["topics", name]:
                     self.topics[TopicName(name)] = (TopicRecord.from_json(value), mod_revision)
                 case ["partitions", name, index]:
                     states = self.partitions.setdefault(TopicName(name), {})
-                    states[int(index)] = PartitionState.from_json(value)
+                    states[int(index)] = (PartitionState.from_json(value), mod_revision)
         except (ValueError, KeyError):
             log.exception("event=metadata_record_unreadable key=%s", key)
 
@@ -354,6 +444,8 @@ class _ImageBuilder:
         match self._parts(key):
             case ["brokers", node]:
                 self.brokers.pop(NodeId(int(node)), None)
+            case ["controller"]:
+                self.controller = None
             case ["topics", name]:
                 self.topics.pop(TopicName(name), None)
             case ["partitions", name, index]:
@@ -363,11 +455,18 @@ class _ImageBuilder:
                     self.partitions.pop(TopicName(name), None)
 
     def image(self, revision: int) -> ClusterImage:
-        topics = {
-            name: TopicImage(record, dict(self.partitions.get(name, {})), mod_revision)
-            for name, (record, mod_revision) in self.topics.items()
-        }
-        return ClusterImage.build(self.cluster_id, revision, dict(self.brokers), topics)
+        topics = {}
+        for name, (record, mod_revision) in self.topics.items():
+            states = self.partitions.get(name, {})
+            topics[name] = TopicImage(
+                record,
+                {i: state for i, (state, _) in states.items()},
+                mod_revision,
+                {i: rev for i, (_, rev) in states.items()},
+            )
+        return ClusterImage.build(
+            self.cluster_id, revision, dict(self.brokers), topics, self.controller
+        )
 
 
 def _prefix_end(prefix: bytes) -> bytes:

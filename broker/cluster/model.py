@@ -31,16 +31,42 @@ class BrokerRegistration:
     host: str
     port: int
     rack: str | None = None
+    shutting_down: bool = False
+    """Set by a broker on SIGTERM: the controller moves leadership off it (controlled shutdown)."""
 
     def to_json(self) -> bytes:
         return json.dumps(
-            {"node_id": self.node_id, "host": self.host, "port": self.port, "rack": self.rack}
+            {
+                "node_id": self.node_id,
+                "host": self.host,
+                "port": self.port,
+                "rack": self.rack,
+                "shutting_down": self.shutting_down,
+            }
         ).encode()
 
     @classmethod
     def from_json(cls, raw: bytes) -> BrokerRegistration:
         data = json.loads(raw)
-        return cls(NodeId(data["node_id"]), data["host"], data["port"], data.get("rack"))
+        return cls(
+            NodeId(data["node_id"]),
+            data["host"],
+            data["port"],
+            data.get("rack"),
+            bool(data.get("shutting_down", False)),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerLease:
+    """Who won the controller election, and when.
+
+    ``epoch`` is the etcd create revision of the controller key: it grows with
+    every election, so a write guarded by it fails once another broker has won.
+    """
+
+    node_id: NodeId
+    epoch: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +144,8 @@ class TopicImage:
     partitions: Mapping[int, PartitionState]
     revision: int
     """The store revision of the topic record, for compare-and-swap."""
+    partition_revisions: Mapping[int, int] = field(default_factory=dict)
+    """The store revision of each partition's state, for compare-and-swap."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +157,7 @@ class ClusterImage:
     brokers: Mapping[NodeId, BrokerRegistration]
     topics: Mapping[TopicName, TopicImage]
     topic_ids: Mapping[uuid.UUID, TopicName]
+    controller: ControllerLease | None = None
 
     @classmethod
     def build(
@@ -137,9 +166,10 @@ class ClusterImage:
         revision: int,
         brokers: Mapping[NodeId, BrokerRegistration],
         topics: Mapping[TopicName, TopicImage],
+        controller: ControllerLease | None = None,
     ) -> ClusterImage:
         ids = {t.record.topic_id: name for name, t in topics.items()}
-        return cls(cluster_id, revision, brokers, topics, ids)
+        return cls(cluster_id, revision, brokers, topics, ids, controller)
 
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicImage | None:
         name = self.topic_ids.get(topic_id)
@@ -147,5 +177,16 @@ class ClusterImage:
 
     @property
     def controller_id(self) -> NodeId:
-        """The lowest live node id, until an elected controller exists (the replication issue)."""
+        """The elected controller; between elections, the lowest live node id.
+
+        Clients send admin requests to the controller, and every broker
+        serves them, so any live broker is a correct answer while a new
+        election is under way.
+        """
+        if self.controller is not None and self.controller.node_id in self.brokers:
+            return self.controller.node_id
         return min(self.brokers) if self.brokers else NO_LEADER
+
+    def eligible_leaders(self) -> frozenset[NodeId]:
+        """Brokers that may lead partitions: registered and not shutting down."""
+        return frozenset(n for n, b in self.brokers.items() if not b.shutting_down)

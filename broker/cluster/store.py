@@ -1,8 +1,8 @@
 """The coordination interface: what brokers need from the store that etcd implements.
 
-Kept narrow on purpose. The single-broker cluster of today registers, reads
-and writes topics, and follows changes; the replication issue adds
-controller election and partition-state compare-and-swap on the same store.
+Kept narrow on purpose: brokers register, one of them campaigns to be
+controller, topics are read and written, partition states are changed by
+compare-and-swap, and every broker follows the changes.
 Every write returns the store revision it landed at, so the writer can wait
 until its own image has caught up (:meth:`MetadataCache.wait_for`) before it
 answers a client: a topic created through a broker is then visible in that
@@ -12,11 +12,14 @@ broker's next Metadata response.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 from shoal.broker.cluster.model import (
     BrokerRegistration,
     ClusterImage,
+    ControllerLease,
+    NodeId,
     PartitionState,
     TopicName,
     TopicRecord,
@@ -43,6 +46,16 @@ class ConflictError(StoreError):
     """A compare-and-swap lost: someone else changed the record first."""
 
 
+@dataclass(frozen=True, slots=True)
+class PartitionChange:
+    """A new state for one partition, valid only over the state at ``expected_revision``."""
+
+    topic: TopicName
+    index: int
+    state: PartitionState
+    expected_revision: int
+
+
 class MetadataStore(Protocol):
     async def connect(self) -> None: ...
 
@@ -57,6 +70,20 @@ class MetadataStore(Protocol):
         ...
 
     async def deregister_broker(self) -> None: ...
+
+    async def update_registration(self, registration: BrokerRegistration) -> int: ...
+
+    async def campaign(self, node_id: NodeId) -> bool:
+        """Become controller if nobody is; True if we won."""
+        ...
+
+    async def resign(self, lease: ControllerLease) -> None: ...
+
+    async def update_partitions(
+        self, changes: Sequence[PartitionChange], controller: ControllerLease | None = None
+    ) -> int:
+        """Compare-and-swap partition states; ConflictError if one changed meanwhile."""
+        ...
 
     async def create_topic(self, record: TopicRecord, states: Sequence[PartitionState]) -> int:
         """Create a topic and its partitions' state in one transaction.
