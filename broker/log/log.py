@@ -255,6 +255,43 @@ class Log:
         self.unflushed_messages += count
         return AppendInfo(first_offset, offset - 1, log_append_time, count, max_timestamp)
 
+    def append_as_follower(self, records: Buffer) -> int:
+        """Append batches copied from the leader, offsets and epochs as the leader gave them.
+
+        Only integrity is checked (framing, CRC-32C, offsets continuing the
+        log): the leader validated the contents. The leader epoch cache and
+        producer state follow the batches, so this replica can take over as
+        leader and still recognise a producer's retries. Returns the new log
+        end offset; raises CorruptRecordError and appends nothing if any
+        batch is damaged or out of place.
+        """
+        try:
+            batches = list(iter_batches(records))
+        except InvalidBatchError as exc:
+            raise CorruptRecordError(f"replicated batch: {exc}") from exc
+        if not batches:
+            return self.log_end_offset
+        expected = self.log_end_offset
+        for _, header in batches:
+            if header.base_offset != expected:
+                raise CorruptRecordError(
+                    f"replicated batch starts at {header.base_offset}, log ends at {expected}"
+                )
+            expected = header.next_offset
+        view = memoryview(records)
+        headers = [h for _, h in batches]
+        end = batches[-1][0] + headers[-1].size
+        max_timestamp = max(h.max_timestamp for h in headers)
+        if self.active.should_roll(end, max_timestamp, self.clock()):
+            self.roll()
+        first_offset = self.log_end_offset
+        self.active.append([view[:end]], headers)
+        for header in headers:
+            self.producer_state.update(header)
+            self.epochs.assign(header.partition_leader_epoch, header.base_offset)
+        self.unflushed_messages += self.log_end_offset - first_offset
+        return self.log_end_offset
+
     def _check_producers(self, headers: list[BatchHeader]) -> BatchMetadata | None:
         """Idempotence: the stored batch a lone retry duplicates; raises for gaps and old epochs."""
         idempotent = [h for h in headers if h.producer_id >= 0]
@@ -488,6 +525,21 @@ class Log:
         self.producer_state.truncate_snapshots_after(self.log_end_offset)
         self._rebuild_producer_state()
         self.epochs.truncate_from_end(self.log_end_offset)
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Drop everything and continue at ``offset``: a follower whose log the
+        leader's retention has overtaken (its fetch was out of range)."""
+        for segment in self.segments:
+            segment.mark_deleted()
+            segment.destroy()
+        self.segments = [LogSegment(self.directory, offset, self.config, self.clock())]
+        self._bases = [offset]
+        self.log_start_offset = offset
+        self.recovery_point = offset
+        self.high_watermark = offset
+        self.producer_state.producers.clear()
+        self.producer_state.truncate_snapshots_after(-1)
+        self.epochs.truncate_from_end(0)
 
     # -- durability ------------------------------------------------------------
 
