@@ -6,8 +6,15 @@ first image, logs are loaded and recovered with their topic configs, stray
 logs are removed, and only then does the listener open and the broker
 register, so no client reaches a broker that is still recovering.
 
-Shutdown (SIGTERM, Ctrl-C) reverses it: deregister, stop accepting, close
-connections, fsync and checkpoint every log, write the clean-shutdown marker.
+After registering, the broker campaigns for controller (see
+:mod:`shoal.broker.controller.controller`) and starts the ISR checks.
+
+Shutdown (SIGTERM, Ctrl-C) is Kafka's controlled shutdown: the broker marks
+its registration as shutting down, the controller moves leadership to other
+in-sync replicas and takes the broker out of every ISR, and only then (or
+after ``controlled_shutdown_timeout_ms``) does it deregister, stop accepting,
+close connections, fsync and checkpoint every log, and write the
+clean-shutdown marker.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ import logging
 import math
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from typing import Final
 
 from shoal.broker.cluster.cache import MetadataCache
@@ -25,12 +33,14 @@ from shoal.broker.cluster.etcd_store import EtcdMetadataStore
 from shoal.broker.cluster.model import BrokerRegistration, ClusterImage, NodeId, TopicName
 from shoal.broker.cluster.store import StoreUnavailableError
 from shoal.broker.config import BrokerConfig
+from shoal.broker.controller.controller import Controller, ControllerSettings
 from shoal.broker.coordinator.coordinator import GroupCoordinator
 from shoal.broker.handlers import API_VERSIONS, build_handlers
 from shoal.broker.handlers.base import BrokerServices
 from shoal.broker.log.manager import LogManager, LogManagerSettings
 from shoal.broker.producer_ids import ProducerIdManager
 from shoal.broker.replica_manager import ReplicaManager
+from shoal.broker.replication.fetcher import FetcherSettings
 from shoal.broker.server.connection import KafkaConnection
 from shoal.broker.server.dispatcher import Dispatcher
 from shoal.broker.topic_admin import TopicAdmin
@@ -43,6 +53,11 @@ _STORE_WAIT_S: Final = 60.0
 
 def wall_clock_ms() -> int:
     return int(time.time() * 1000)
+
+
+def monotonic_ms() -> int:
+    """For replica lag: immune to wall-clock steps."""
+    return int(time.monotonic() * 1000)
 
 
 async def _connect(store: EtcdMetadataStore) -> None:
@@ -88,16 +103,36 @@ class Broker:
             logs.check_identity(self.node_id, cluster_id)
             images = store.images()
             first = await anext(images)
-            replicas = ReplicaManager(self.node_id, logs, config.topic_defaults)
+            replicas = ReplicaManager(
+                self.node_id,
+                logs,
+                config.topic_defaults,
+                monotonic_ms,
+                store,
+                _fetcher_settings(config),
+                config.replica_lag_time_max_ms,
+            )
             logs.load_all(lambda topic: replicas.log_config(first.topics.get(TopicName(topic))))
             cache = MetadataCache(first)
             groups = GroupCoordinator(
                 replicas, config.group_config(), wall_clock_ms, _partition_exists(cache)
             )
+            controller = Controller(
+                self.node_id,
+                store,
+                ControllerSettings(
+                    config.auto_leader_rebalance_enable,
+                    config.leader_imbalance_check_interval_seconds * 1000,
+                    config.leader_imbalance_per_broker_percentage,
+                ),
+                lambda topic: replicas.log_config(topic).unclean_leader_election_enable,
+            )
             replicas.apply(first)
             groups.on_partitions_changed()
+            controller.on_image(first)
             cache.add_listener(replicas.apply)
             cache.add_listener(lambda _image: groups.on_partitions_changed())
+            cache.add_listener(controller.on_image)
             following = asyncio.create_task(_follow(images, cache), name="metadata-follow")
             logs.start()
             groups.start()
@@ -119,9 +154,10 @@ class Broker:
                 wall_clock_ms,
             )
             try:
-                await self._serve(services, store, cache, stop)
+                await self._serve(services, store, controller, stop)
             finally:
                 await groups.close()
+                await replicas.close()
             following.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await following
@@ -134,10 +170,11 @@ class Broker:
         self,
         services: BrokerServices,
         store: EtcdMetadataStore,
-        cache: MetadataCache,
+        controller: Controller,
         stop: asyncio.Event,
     ) -> None:
         config = self.config
+        cache = services.cache
         dispatcher = Dispatcher(services, build_handlers(), API_VERSIONS)
         loop = asyncio.get_running_loop()
 
@@ -159,6 +196,8 @@ class Broker:
         ttl_s = max(2, math.ceil(config.broker_session_timeout_ms / 1000))
         revision = await store.register_broker(registration, ttl_s)
         await cache.wait_for(revision, timeout_s=10)
+        controller.start()
+        services.replicas.start()
         log.info(
             "event=broker_ready node_id=%d listen=%s:%d advertised=%s:%d cluster_id=%s",
             self.node_id,
@@ -170,14 +209,59 @@ class Broker:
         )
         try:
             await stop.wait()
-        finally:
             log.info("event=broker_stopping node_id=%d", self.node_id)
+            await self._controlled_shutdown(store, cache, registration)
+        finally:
+            await controller.stop()
             await store.deregister_broker()
             server.close()
             for conn in list(self._connections):
                 conn.close()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(server.wait_closed(), 5)
+
+    async def _controlled_shutdown(
+        self, store: EtcdMetadataStore, cache: MetadataCache, registration: BrokerRegistration
+    ) -> None:
+        """Ask for leadership to move away, and wait until it has (or time is up)."""
+        try:
+            revision = await store.update_registration(replace(registration, shutting_down=True))
+        except StoreUnavailableError as exc:
+            log.warning("event=controlled_shutdown_skipped error=%s", exc)
+            return
+        await cache.wait_for(revision, timeout_s=5)
+        moved = await cache.wait_until(
+            lambda image: _movable_leaderships(image, self.node_id) == 0,
+            self.config.controlled_shutdown_timeout_ms / 1000,
+        )
+        if not moved:
+            log.warning(
+                "event=controlled_shutdown_incomplete still_leading=%d",
+                _movable_leaderships(cache.image, self.node_id),
+            )
+        else:
+            log.info("event=controlled_shutdown_complete node_id=%d", self.node_id)
+
+
+def _movable_leaderships(image: ClusterImage, node_id: NodeId) -> int:
+    """Partitions this broker still leads although another eligible replica is in the ISR."""
+    eligible = image.eligible_leaders()
+    return sum(
+        1
+        for topic in image.topics.values()
+        for state in topic.partitions.values()
+        if state.leader == node_id and any(n != node_id and n in eligible for n in state.isr)
+    )
+
+
+def _fetcher_settings(config: BrokerConfig) -> FetcherSettings:
+    return FetcherSettings(
+        NodeId(config.node_id),
+        max_wait_ms=config.replica_fetch_wait_max_ms,
+        max_bytes=config.replica_fetch_response_max_bytes,
+        partition_max_bytes=config.replica_fetch_max_bytes,
+        backoff_ms=config.replica_fetch_backoff_ms,
+    )
 
 
 def _partition_exists(cache: MetadataCache) -> Callable[[str, int], bool]:

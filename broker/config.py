@@ -126,6 +126,53 @@ class BrokerConfig(BaseSettings):
     producer_id_expiration_check_interval_ms: int = Field(
         600000, ge=10, description="How often idle producers' state is dropped."
     )
+    replica_lag_time_max_ms: int = Field(
+        30000,
+        ge=100,
+        description="A follower not caught up for this long leaves the ISR"
+        " (replica.lag.time.max.ms).",
+    )
+    replica_fetch_wait_max_ms: int = Field(
+        500,
+        ge=1,
+        description="How long a follower's fetch waits for data (replica.fetch.wait.max.ms).",
+    )
+    replica_fetch_max_bytes: int = Field(
+        1048576,
+        ge=1024,
+        description="Bytes a follower fetches per partition (replica.fetch.max.bytes).",
+    )
+    replica_fetch_response_max_bytes: int = Field(
+        10485760,
+        ge=1024,
+        description="Bytes a follower fetches per request (replica.fetch.response.max.bytes).",
+    )
+    replica_fetch_backoff_ms: int = Field(
+        1000, ge=1, description="Pause after a failed follower fetch (replica.fetch.backoff.ms)."
+    )
+    auto_leader_rebalance_enable: bool = Field(
+        True,
+        description="Move leadership back to preferred replicas (auto.leader.rebalance.enable).",
+    )
+    leader_imbalance_check_interval_seconds: int = Field(
+        300,
+        ge=1,
+        description="How often the controller checks preferred leaders"
+        " (leader.imbalance.check.interval.seconds).",
+    )
+    leader_imbalance_per_broker_percentage: int = Field(
+        10,
+        ge=0,
+        le=100,
+        description="Share of a broker's preferred partitions led elsewhere that triggers a"
+        " rebalance (leader.imbalance.per.broker.percentage).",
+    )
+    controlled_shutdown_timeout_ms: int = Field(
+        30000,
+        ge=0,
+        description="How long SIGTERM waits for leadership to move off this broker"
+        " before it stops.",
+    )
     broker_session_timeout_ms: int = Field(
         9000,
         ge=2000,

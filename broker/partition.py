@@ -1,24 +1,28 @@
-"""A partition this broker hosts: its log, and its state as leader.
+"""A partition this broker hosts: its log, and its role as leader or follower.
 
-The leader appends, advances the high watermark (the smallest log end offset
-in the ISR; with this broker alone in the ISR, its own log end), and wakes
-the fetches waiting for new data. Followers and ISR changes arrive with the
-replication issue; the state here (leader epoch, ISR, follower log ends) is
-already the shape they need.
+As leader it appends, tracks how far each follower has fetched, advances the
+high watermark (the smallest log end offset in the ISR), answers acks=all
+once the high watermark passes a batch, and says which followers should
+leave or join the ISR. As follower its log is written only by the replica
+fetcher, and its high watermark is the leader's, capped at its own log end.
 
-Owned by the event loop thread.
+The logic here is pure (an injected clock, no store, no sockets): the replica
+manager turns its ISR proposals into compare-and-swap writes, and the fetch
+handler feeds it follower positions. Owned by the event loop thread.
 """
 
 from __future__ import annotations
 
 import asyncio
 import uuid
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 from shoal.broker.cluster.model import NodeId, PartitionState
 from shoal.broker.log.log import AppendInfo, FileSlice, Log
 
 NO_EPOCH = -1
+UNKNOWN_OFFSET = -1
 
 
 class PartitionError(Exception):
@@ -47,12 +51,30 @@ class NotEnoughReplicasError(PartitionError):
     code = "not_enough_replicas"
 
 
+class NotEnoughReplicasAfterAppendError(PartitionError):
+    code = "not_enough_replicas_after_append"
+
+
+class CommitTimeoutError(PartitionError):
+    code = "request_timed_out"
+
+
 @dataclass(frozen=True, slots=True)
 class ReadInfo:
     records: FileSlice | None
     high_watermark: int
     log_start_offset: int
     log_end_offset: int
+
+
+@dataclass(slots=True)
+class FollowerState:
+    """What the leader knows of one follower, from its fetches (Kafka's ReplicaState)."""
+
+    log_end_offset: int = UNKNOWN_OFFSET
+    last_caught_up_ms: int = 0
+    last_fetch_ms: int = 0
+    last_fetch_leader_end_offset: int = 0
 
 
 class Partition:
@@ -63,17 +85,21 @@ class Partition:
         topic_id: uuid.UUID,
         node_id: NodeId,
         log: Log,
-        replicas: tuple[NodeId, ...],
-        state: PartitionState,
+        clock: Callable[[], int],
     ) -> None:
         self.topic = topic
         self.index = index
         self.topic_id = topic_id
         self.node_id = node_id
         self.log = log
-        self.replicas = replicas
-        self.state = state
-        self.follower_end_offsets: dict[NodeId, int] = {}
+        self.clock = clock
+        self.replicas: tuple[NodeId, ...] = ()
+        self.state = PartitionState(NodeId(-1), NO_EPOCH, ())
+        self.revision = 0
+        """Store revision of ``state``: the compare-and-swap guard of an ISR change."""
+        self.followers: dict[NodeId, FollowerState] = {}
+        self.pending_isr: tuple[NodeId, ...] | None = None
+        """An ISR change written but not yet seen in the image."""
         self._waiters: set[asyncio.Future[None]] = set()
 
     @property
@@ -88,12 +114,52 @@ class Partition:
     def high_watermark(self) -> int:
         return self.log.high_watermark
 
-    def update_state(self, replicas: tuple[NodeId, ...], state: PartitionState) -> None:
+    @property
+    def maximal_isr(self) -> frozenset[NodeId]:
+        """The ISR with any pending change added: the high watermark waits for all of
+        them, so no record counts as committed by a replica that is only leaving."""
+        return frozenset(self.state.isr) | frozenset(self.pending_isr or ())
+
+    # -- role changes ------------------------------------------------------------
+
+    def update_state(
+        self, replicas: tuple[NodeId, ...], state: PartitionState, revision: int
+    ) -> bool:
+        """Take a new state from the cluster image; True if this broker's role changed
+        (became leader, or follows a new leader or epoch)."""
+        old = self.state
         self.replicas = replicas
         self.state = state
+        self.revision = revision
+        if self.pending_isr is not None and (
+            state.isr == self.pending_isr or state.leader_epoch != old.leader_epoch
+        ):
+            self.pending_isr = None
+        new_role = state.leader != old.leader or state.leader_epoch != old.leader_epoch
+        if new_role and self.is_leader:
+            self._become_leader()
+        elif new_role:
+            self.followers = {}
+            self.pending_isr = None
         if self.is_leader:
+            for node in replicas:
+                if node != self.node_id:
+                    self.followers.setdefault(node, FollowerState())
             self.maybe_advance_high_watermark()
         self.wake()
+        return new_role
+
+    def _become_leader(self) -> None:
+        """Followers' positions are unknown until they fetch from us; those in the ISR
+        count as caught up now, so the ISR does not shrink before they had a chance."""
+        now = self.clock()
+        self.followers = {
+            node: FollowerState(last_caught_up_ms=now if node in self.state.isr else 0)
+            for node in self.replicas
+            if node != self.node_id
+        }
+        self.pending_isr = None
+        self.log.epochs.assign(self.leader_epoch, self.log.log_end_offset)
 
     # -- leader epochs -----------------------------------------------------------
 
@@ -127,20 +193,134 @@ class Partition:
                 f" ({self.log.config.min_insync_replicas})"
             )
         info = self.log.append_as_leader(records, self.leader_epoch)
-        self.maybe_advance_high_watermark()
+        if not info.duplicate:
+            self.maybe_advance_high_watermark()
+            self.wake()  # followers long-polling for new data
         return info
 
+    async def wait_for_commit(self, next_offset: int, timeout_s: float) -> None:
+        """acks=all: wait until the high watermark reaches ``next_offset``.
+
+        As Kafka's DelayedProduce: NotLeaderError if leadership moves away
+        meanwhile, NotEnoughReplicasAfterAppendError if the ISR that committed
+        it is smaller than min.insync.replicas, CommitTimeoutError after
+        ``timeout_s``.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        epoch = self.leader_epoch
+        while True:
+            if not self.is_leader or self.leader_epoch != epoch:
+                raise NotLeaderError(f"leadership of {self.topic}-{self.index} moved")
+            if self.high_watermark >= next_offset:
+                if len(self.state.isr) < self.log.config.min_insync_replicas:
+                    raise NotEnoughReplicasAfterAppendError(
+                        f"written, but only {len(self.state.isr)} replicas are in sync"
+                        f" (min.insync.replicas={self.log.config.min_insync_replicas})"
+                    )
+                return
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise CommitTimeoutError(
+                    f"replicas did not confirm {self.topic}-{self.index} up to {next_offset}"
+                )
+            waiter = loop.create_future()
+            self.add_waiter(waiter)
+            try:
+                await asyncio.wait([waiter], timeout=remaining)
+            finally:
+                self.remove_waiter(waiter)
+
     def maybe_advance_high_watermark(self) -> None:
+        """The high watermark is the smallest log end in the (maximal) ISR; it never goes back."""
         end_offsets = [
             self.log.log_end_offset
             if node == self.node_id
-            else self.follower_end_offsets.get(node, self.log.log_start_offset)
-            for node in self.state.isr
+            else self.followers.get(node, FollowerState()).log_end_offset
+            for node in self.maximal_isr
         ]
         candidate = min(end_offsets, default=self.log.log_end_offset)
         if candidate > self.log.high_watermark:
             self.log.high_watermark = candidate
             self.wake()
+
+    # -- followers, seen from the leader -------------------------------------------
+
+    def record_follower_fetch(self, node: NodeId, fetch_offset: int) -> None:
+        """A follower fetched from ``fetch_offset``: it holds everything below it.
+
+        As Kafka's updateFollowerFetchState: the follower is caught up now if
+        it asked for our log end, or as of its previous fetch if it has
+        reached the log end we had then.
+        """
+        follower = self.followers.get(node)
+        if follower is None:
+            return
+        now = self.clock()
+        leader_end = self.log.log_end_offset
+        if fetch_offset >= leader_end:
+            follower.last_caught_up_ms = now
+        elif fetch_offset >= follower.last_fetch_leader_end_offset:
+            follower.last_caught_up_ms = max(follower.last_caught_up_ms, follower.last_fetch_ms)
+        follower.log_end_offset = fetch_offset
+        follower.last_fetch_ms = now
+        follower.last_fetch_leader_end_offset = leader_end
+        self.maybe_advance_high_watermark()
+
+    def isr_expansion(self) -> PartitionState | None:
+        """The ISR with every caught-up follower added, or None if nobody qualifies.
+
+        A follower rejoins once it holds everything committed and at least
+        the start of the current leader epoch (so it has every record this
+        leader wrote).
+        """
+        if not self.is_leader or self.pending_isr is not None:
+            return None
+        epoch_start = self._epoch_start_offset()
+        joining = [
+            node
+            for node, follower in self.followers.items()
+            if node not in self.state.isr
+            and follower.log_end_offset >= max(self.high_watermark, epoch_start)
+        ]
+        if not joining:
+            return None
+        return self._with_isr((*self.state.isr, *sorted(joining)))
+
+    def isr_shrink(self, max_lag_ms: int) -> PartitionState | None:
+        """The ISR without followers not caught up for ``max_lag_ms``, or None if all are."""
+        if not self.is_leader or self.pending_isr is not None:
+            return None
+        now = self.clock()
+        lagging = {
+            node
+            for node in self.state.isr
+            if node != self.node_id
+            and now - self.followers.get(node, FollowerState()).last_caught_up_ms > max_lag_ms
+        }
+        if not lagging:
+            return None
+        return self._with_isr(tuple(n for n in self.state.isr if n not in lagging))
+
+    def _with_isr(self, isr: tuple[NodeId, ...]) -> PartitionState:
+        return replace(self.state, isr=isr, partition_epoch=self.state.partition_epoch + 1)
+
+    def _epoch_start_offset(self) -> int:
+        for epoch, start in reversed(self.log.epochs.entries):
+            if epoch == self.leader_epoch:
+                return start
+        return self.log.log_end_offset
+
+    # -- the follower's side -------------------------------------------------------
+
+    def append_as_follower(self, records: bytes, leader_high_watermark: int) -> None:
+        if records:
+            self.log.append_as_follower(records)
+        self.update_follower_high_watermark(leader_high_watermark)
+
+    def update_follower_high_watermark(self, leader_high_watermark: int) -> None:
+        new = min(leader_high_watermark, self.log.log_end_offset)
+        self.log.high_watermark = max(self.log.high_watermark, new)
 
     # -- reads -------------------------------------------------------------------
 
@@ -161,7 +341,7 @@ class Partition:
         self._waiters.discard(waiter)
 
     def wake(self) -> None:
-        """New data, or a state change a waiting fetch must see."""
+        """New data, a new high watermark, or a state change a waiter must see."""
         waiters, self._waiters = self._waiters, set()
         for waiter in waiters:
             if not waiter.done():

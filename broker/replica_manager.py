@@ -1,34 +1,74 @@
-"""Which partitions this broker hosts, kept in step with the cluster image.
+"""Which partitions this broker hosts, and its role in each, kept in step with the image.
 
 On every new image the replica manager creates the logs of partitions newly
-assigned here, updates leader state and topic configs, and deletes the logs
+assigned here, updates topic configs and partition states, starts or stops
+fetching from leaders when this broker's role changes, and deletes the logs
 of partitions that are no longer ours (a deleted topic, or a directory left
 from an older topic of the same name, recognised by its topic id).
+
+As leader of a partition it also keeps the ISR honest: followers that fetch
+their way back to the log end are added, followers that fall behind for
+``replica.lag.time.max.ms`` are removed. Both are compare-and-swap writes of
+the partition state in the store, guarded by the revision this broker saw,
+so they never overwrite a controller's election.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Final
 
-from shoal.broker.cluster.model import ClusterImage, NodeId, TopicImage
+from shoal.broker.cluster.model import (
+    ClusterImage,
+    NodeId,
+    PartitionState,
+    TopicImage,
+    TopicName,
+)
+from shoal.broker.cluster.store import (
+    ConflictError,
+    MetadataStore,
+    PartitionChange,
+    StoreUnavailableError,
+)
 from shoal.broker.log.config import LogConfig
 from shoal.broker.log.manager import LogManager
 from shoal.broker.partition import Partition
+from shoal.broker.replication.fetcher import FetcherSettings, ReplicaFetcherManager
 
 log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
+_NO_LEADER: Final = NodeId(-1)
 
 
 class ReplicaManager:
     def __init__(
-        self, node_id: NodeId, logs: LogManager, broker_defaults: Mapping[str, str]
+        self,
+        node_id: NodeId,
+        logs: LogManager,
+        broker_defaults: Mapping[str, str],
+        clock: Callable[[], int],
+        store: MetadataStore | None = None,
+        fetcher_settings: FetcherSettings | None = None,
+        replica_lag_time_max_ms: int = 30000,
     ) -> None:
         self.node_id = node_id
         self.logs = logs
         self.broker_defaults = dict(broker_defaults)
+        self.clock = clock
+        self.store = store
+        self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self.partitions: dict[TopicPartition, Partition] = {}
+        self.image: ClusterImage | None = None
+        self.fetchers = ReplicaFetcherManager(
+            self._address_of, fetcher_settings or FetcherSettings(node_id)
+        )
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._shrinker: asyncio.Task[None] | None = None
 
     def log_config(self, topic: TopicImage | None) -> LogConfig:
         overrides = topic.record.configs if topic is not None else {}
@@ -37,7 +77,14 @@ class ReplicaManager:
     def get(self, topic: str, index: int) -> Partition | None:
         return self.partitions.get((topic, index))
 
+    def _address_of(self, node: NodeId) -> tuple[str, int] | None:
+        broker = self.image.brokers.get(node) if self.image is not None else None
+        return None if broker is None else (broker.host, broker.port)
+
+    # -- following the image -----------------------------------------------------
+
     def apply(self, image: ClusterImage) -> None:
+        self.image = image
         wanted: set[TopicPartition] = set()
         for name, topic in image.topics.items():
             record = topic.record
@@ -56,19 +103,35 @@ class ReplicaManager:
                 if partition is None:
                     plog = self.logs.get_or_create(name, index, record.topic_id, config)
                     partition = Partition(
-                        name, index, record.topic_id, self.node_id, plog, replicas, state
+                        name, index, record.topic_id, self.node_id, plog, self.clock
                     )
                     self.partitions[tp] = partition
-                    partition.maybe_advance_high_watermark()
-                else:
-                    if partition.log.config != config:
-                        partition.log.update_config(config)
-                    partition.update_state(replicas, state)
+                elif partition.log.config != config:
+                    partition.log.update_config(config)
+                revision = topic.partition_revisions.get(index, 0)
+                if partition.update_state(replicas, state, revision):
+                    self._role_changed(partition, state)
         for tp in [tp for tp in self.partitions if tp not in wanted]:
             self._drop(tp)
         for tp in [tp for tp in self.logs.logs if tp not in wanted]:
             log.info("event=stray_log_removed topic=%s partition=%d", *tp)
             self.logs.delete(*tp)
+
+    def _role_changed(self, partition: Partition, state: PartitionState) -> None:
+        tp = (partition.topic, partition.index)
+        if partition.is_leader or state.leader == _NO_LEADER:
+            self.fetchers.unfollow(tp)
+        else:
+            self.fetchers.follow(partition, state.leader)
+        log.info(
+            "event=partition_role topic=%s partition=%d role=%s leader=%d leader_epoch=%d isr=%s",
+            partition.topic,
+            partition.index,
+            "leader" if partition.is_leader else "follower",
+            state.leader,
+            state.leader_epoch,
+            ",".join(map(str, state.isr)),
+        )
 
     def _drop_topic(self, name: str) -> None:
         for tp in [tp for tp in self.logs.logs if tp[0] == name]:
@@ -76,7 +139,77 @@ class ReplicaManager:
             self.logs.delete(*tp)
 
     def _drop(self, tp: TopicPartition) -> None:
+        self.fetchers.unfollow(tp)
         partition = self.partitions.pop(tp, None)
         if partition is not None:
             partition.wake()
         self.logs.delete(*tp)
+
+    # -- the ISR, as leader --------------------------------------------------------
+
+    def follower_fetched(self, partition: Partition, node: NodeId, fetch_offset: int) -> None:
+        """A follower's fetch: note its position and let it rejoin the ISR if it caught up."""
+        partition.record_follower_fetch(node, fetch_offset)
+        expanded = partition.isr_expansion()
+        if expanded is not None:
+            self._propose(partition, expanded, "isr_expand")
+
+    def shrink_isrs(self) -> None:
+        for partition in list(self.partitions.values()):
+            shrunk = partition.isr_shrink(self.replica_lag_time_max_ms)
+            if shrunk is not None:
+                self._propose(partition, shrunk, "isr_shrink")
+
+    def _propose(self, partition: Partition, state: PartitionState, event: str) -> None:
+        if self.store is None:
+            return
+        partition.pending_isr = state.isr
+        change = PartitionChange(
+            TopicName(partition.topic), partition.index, state, partition.revision
+        )
+        task = asyncio.get_running_loop().create_task(self._write(partition, change, event))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _write(self, partition: Partition, change: PartitionChange, event: str) -> None:
+        assert self.store is not None
+        old = partition.state.isr
+        try:
+            await self.store.update_partitions([change])
+        except (ConflictError, StoreUnavailableError) as exc:
+            if partition.pending_isr == change.state.isr:
+                partition.pending_isr = None
+            log.info(
+                "event=%s_failed topic=%s partition=%d error=%s",
+                event,
+                partition.topic,
+                partition.index,
+                exc,
+            )
+            return
+        log.info(
+            "event=%s topic=%s partition=%d old_isr=%s new_isr=%s",
+            event,
+            partition.topic,
+            partition.index,
+            ",".join(map(str, old)),
+            ",".join(map(str, change.state.isr)),
+        )
+
+    def start(self) -> None:
+        self._shrinker = asyncio.get_running_loop().create_task(
+            self._shrink_forever(), name="isr-shrink"
+        )
+
+    async def _shrink_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.replica_lag_time_max_ms / 2000)
+            self.shrink_isrs()
+
+    async def close(self) -> None:
+        for task in [self._shrinker, *self._tasks]:
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        await self.fetchers.close()

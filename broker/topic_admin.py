@@ -136,6 +136,13 @@ class TopicAdmin:
                 f" ({count} asked; SHOAL_MAX_PARTITIONS_PER_TOPIC).",
             )
 
+    def _placeable(self) -> frozenset[NodeId]:
+        """Brokers new replicas may go to: live and not shutting down."""
+        return self.cache.image.eligible_leaders()
+
+    def _racks(self) -> dict[NodeId, str | None]:
+        return {n: b.rack for n, b in self.cache.image.brokers.items()}
+
     def _topic(self, name: str) -> TopicImage:
         topic = self.cache.image.topics.get(TopicName(name))
         if topic is None:
@@ -221,7 +228,9 @@ class TopicAdmin:
                 "invalid_replication_factor", "Replication factor must be larger than 0."
             )
         try:
-            return tuple(assign_replicas(sorted(live), partitions, factor))
+            return tuple(
+                assign_replicas(sorted(self._placeable()), partitions, factor, racks=self._racks())
+            )
         except PlacementError as exc:
             raise AdminError("invalid_replication_factor", str(exc)) from exc
 
@@ -273,7 +282,13 @@ class TopicAdmin:
         else:
             try:
                 new = tuple(
-                    assign_replicas(sorted(live), added, record.replication_factor, current)
+                    assign_replicas(
+                        sorted(self._placeable()),
+                        added,
+                        record.replication_factor,
+                        current,
+                        racks=self._racks(),
+                    )
                 )
             except PlacementError as exc:
                 raise AdminError("invalid_replication_factor", str(exc)) from exc

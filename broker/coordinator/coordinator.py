@@ -54,7 +54,7 @@ from shoal.broker.coordinator.records import (
     partition_for,
 )
 from shoal.broker.log.log import LogError
-from shoal.broker.partition import Partition, PartitionError
+from shoal.broker.partition import NotLeaderError, Partition, PartitionError
 from shoal.broker.replica_manager import ReplicaManager
 
 from shoal.records import BatchOptions, NewRecord, build_batch, iter_batches, iter_records
@@ -66,6 +66,8 @@ OFFSETS_TOPIC: Final = "__consumer_offsets"
 E = ErrorCode
 NO_GENERATION: Final = -1
 _LOAD_CHUNK: Final = 16 * 1024 * 1024
+_COMMIT_TIMEOUT_S: Final = 5.0
+"""offsets.commit.timeout.ms: how long a group write waits for the in-sync replicas."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,8 +197,11 @@ class GroupCoordinator:
         metadata: dict[str, Group | None] = {}
         plog = partition.log
         position = plog.log_start_offset
-        while position < partition.high_watermark:
-            chunk = plog.read(position, _LOAD_CHUNK, partition.high_watermark, min_one=True)
+        # To the log end, as Kafka loads: a new leader's high watermark lags
+        # until its followers fetch, but everything committed is in its log.
+        end = plog.log_end_offset
+        while position < end:
+            chunk = plog.read(position, _LOAD_CHUNK, end, min_one=True)
             if chunk is None:
                 break
             data = os.pread(chunk.file.fileno(), chunk.size, chunk.position)
@@ -266,7 +271,8 @@ class GroupCoordinator:
     # -- persistence -------------------------------------------------------------
 
     async def _append(self, group_id: str, entries: Sequence[tuple[bytes, bytes | None]]) -> None:
-        """Append records to the group's partition; CoordinatorError if they cannot land."""
+        """Append records to the group's partition and wait until every in-sync replica
+        has them (acks=all, as Kafka's coordinator writes); CoordinatorError if not."""
         partition = self.replicas.get(OFFSETS_TOPIC, self.partition_of(group_id))
         if partition is None or not partition.is_leader:
             raise CoordinatorError(E.not_coordinator)
@@ -274,7 +280,10 @@ class GroupCoordinator:
             [NewRecord(key, value) for key, value in entries], options=BatchOptions()
         )
         try:
-            partition.append_as_leader(batch, -1)
+            info = partition.append_as_leader(batch, -1)
+            await partition.wait_for_commit(info.last_offset + 1, _COMMIT_TIMEOUT_S)
+        except NotLeaderError as exc:
+            raise CoordinatorError(E.not_coordinator, str(exc)) from exc
         except (LogError, PartitionError, OSError) as exc:
             log.warning("event=offsets_append_failed group=%s error=%s", group_id, exc)
             raise CoordinatorError(E.coordinator_not_available, str(exc)) from exc

@@ -3,7 +3,9 @@
 Semantics, as Kafka's:
 
 * Consumers read below the high watermark; replicas (replica id >= 0) read
-  to the log end.
+  to the log end, and their fetch offset tells the leader how far they have
+  copied (which moves the high watermark and lets them rejoin the ISR). A
+  replica id that is not a replica of the partition is refused.
 * The response waits up to ``max_wait_ms`` for ``min_bytes`` of records, and
   answers at once when any partition has an error.
 * ``max_bytes`` caps the response and ``partition_max_bytes`` each partition,
@@ -24,6 +26,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from shoal.broker.cluster.model import NodeId
 from shoal.broker.handlers.base import (
     NO_THROTTLE,
     BrokerServices,
@@ -68,10 +71,13 @@ async def handle_fetch(services: BrokerServices, ctx: RequestContext, request: A
             responses=(),
         )
     wanted = _wanted(services, request)
+    refused: set[_Wanted] = set()
+    if replica_id >= 0:
+        refused = _record_replica_positions(services, wanted, replica_id)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + request.max_wait.total_seconds()
     while True:
-        results = _read_all(services, wanted, request.max_bytes, replica_id >= 0)
+        results = _read_all(services, wanted, request.max_bytes, replica_id >= 0, refused)
         available = sum(r.records.size for r in results if r.records is not None)
         remaining = deadline - loop.time()
         done = available >= request.min_bytes or any(r.code is not E.none for r in results)
@@ -108,13 +114,37 @@ def _wanted(services: BrokerServices, request: Any) -> list[_Wanted]:
     return wanted
 
 
+def _record_replica_positions(
+    services: BrokerServices, wanted: list[_Wanted], replica_id: int
+) -> set[_Wanted]:
+    """Note each partition's follower position; the wanted entries to refuse."""
+    refused = set()
+    for want in wanted:
+        partition = services.replicas.get(want.name, want.index) if want.name else None
+        if partition is None or not partition.is_leader:
+            continue
+        if replica_id not in partition.replicas:
+            refused.add(want)
+            continue
+        if want.current_leader_epoch == partition.leader_epoch:
+            services.replicas.follower_fetched(partition, NodeId(replica_id), want.offset)
+    return refused
+
+
 def _read_all(
-    services: BrokerServices, wanted: list[_Wanted], max_bytes: int, to_log_end: bool
+    services: BrokerServices,
+    wanted: list[_Wanted],
+    max_bytes: int,
+    to_log_end: bool,
+    refused: set[_Wanted],
 ) -> list[_Result]:
     budget = max_bytes
     first = True
     results = []
     for want in wanted:
+        if want in refused:
+            results.append(_Result(want, E.not_leader_or_follower))
+            continue
         result = _read_one(services, want, min(want.max_bytes, budget), first, to_log_end)
         if result.records is not None:
             budget = max(0, budget - result.records.size)

@@ -4,13 +4,18 @@ Kafka's rules for v3 and later: exactly one magic-2 batch per partition;
 zstd only from v7; acks must be 0, 1 or -1; nothing from clients into
 internal topics. Batches of idempotent producers are checked against their
 producer's sequence (a retry is answered with its original offset and not
-stored twice). Errors are per partition. With
+stored twice). With acks=all the answer waits until the high watermark
+passes the batch (a retry too: its first attempt may not be committed yet),
+and fails with NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR shrank below
+``min.insync.replicas`` meanwhile, NOT_LEADER_OR_FOLLOWER if leadership moved,
+or REQUEST_TIMED_OUT after the request's timeout. Errors are per partition. With
 acks=0 the client reads no response, so an error closes the connection
 instead, which is how Kafka tells such a client that something went wrong.
 """
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import logging
 from dataclasses import dataclass
@@ -83,6 +88,7 @@ class _Outcome:
     base_offset: int = -1
     log_append_time: datetime.datetime | None = None
     log_start_offset: int = -1
+    next_offset: int = -1
 
 
 def _produce_one(
@@ -114,35 +120,54 @@ def _produce_one(
     if info.log_append_time >= 0:
         append_time = datetime.datetime.fromtimestamp(info.log_append_time / 1000, datetime.UTC)
     return _Outcome(
-        E.none, None, partition, info.first_offset, append_time, partition.log.log_start_offset
+        E.none,
+        None,
+        partition,
+        info.first_offset,
+        append_time,
+        partition.log.log_start_offset,
+        info.last_offset + 1,
     )
 
 
 async def handle_produce(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     api = ctx.api
     acks = request.acks
-    appended: list[Partition] = []
+    outcomes = [
+        [
+            (data.index, _produce_one(services, ctx, acks, topic.name, data))
+            for data in topic.partition_data
+        ]
+        for topic in request.topic_data
+    ]
+    appended = [o for parts in outcomes for _, o in parts if o.partition is not None]
+    # flush.messages asks for an fsync before the acknowledgement, as in Kafka.
+    for partition in dict.fromkeys(o.partition for o in appended if o.partition is not None):
+        if partition.log.unflushed_messages >= partition.log.config.flush_messages:
+            await partition.log.flush()
+    if acks == -1 and appended:
+        timeout_s = request.timeout.total_seconds()
+        committed = await asyncio.gather(*(_committed(o, timeout_s) for o in appended))
+        replaced = dict(zip(map(id, appended), committed, strict=True))
+        outcomes = [[(i, replaced.get(id(o), o)) for i, o in parts] for parts in outcomes]
     failed = False
     topics = []
-    for topic in request.topic_data:
+    for topic, parts in zip(request.topic_data, outcomes, strict=True):
         results = []
-        for data in topic.partition_data:
-            outcome = _produce_one(services, ctx, acks, topic.name, data)
-            if outcome.partition is not None:
-                appended.append(outcome.partition)
+        for index, outcome in parts:
             if outcome.code is not E.none:
                 failed = True
                 log.info(
                     "event=produce_refused topic=%s partition=%d error=%s reason=%s",
                     topic.name,
-                    data.index,
+                    index,
                     outcome.code.name,
                     outcome.message,
                 )
             results.append(
                 api.make(
                     "PartitionProduceResponse",
-                    index=data.index,
+                    index=index,
                     error_code=outcome.code,
                     base_offset=outcome.base_offset,
                     log_append_time=outcome.log_append_time,
@@ -154,12 +179,18 @@ async def handle_produce(services: BrokerServices, ctx: RequestContext, request:
         topics.append(
             api.make("TopicProduceResponse", name=topic.name, partition_responses=tuple(results))
         )
-    # flush.messages asks for an fsync before the acknowledgement, as in Kafka.
-    for partition in dict.fromkeys(appended):
-        if partition.log.unflushed_messages >= partition.log.config.flush_messages:
-            await partition.log.flush()
     if acks == 0:
         if failed:
             raise CloseConnectionError("acks=0 produce failed; closing so the client notices")
         return None
     return api.response(responses=tuple(topics), throttle_time=NO_THROTTLE)
+
+
+async def _committed(outcome: _Outcome, timeout_s: float) -> _Outcome:
+    """acks=all: the outcome once the ISR has the batch, or the error that stopped it."""
+    assert outcome.partition is not None
+    try:
+        await outcome.partition.wait_for_commit(outcome.next_offset, timeout_s)
+    except PartitionError as exc:
+        return _Outcome(error(exc.code), str(exc))
+    return outcome

@@ -143,7 +143,7 @@ class CoordinatorEnv:
 
     async def start(self, leaders: dict[int, NodeId] | None = None) -> CoordinatorEnv:
         self.logs = LogManager(self.data_dir, wall_clock_ms)
-        self.replicas = ReplicaManager(HERE, self.logs, {})
+        self.replicas = ReplicaManager(HERE, self.logs, {}, self.clock)
         self.replicas.apply(offsets_image(self.config.offsets_topic_num_partitions, leaders))
         self.coordinator = await self.new_coordinator()
         return self
@@ -174,7 +174,7 @@ class CoordinatorEnv:
         await self.settle()
         await self.logs.close()
         self.logs = LogManager(self.data_dir, wall_clock_ms)
-        self.replicas = ReplicaManager(HERE, self.logs, {})
+        self.replicas = ReplicaManager(HERE, self.logs, {}, self.clock)
         image = offsets_image(self.config.offsets_topic_num_partitions)
         self.logs.load_all(lambda _topic: self.replicas.log_config(None))
         self.replicas.apply(image)
@@ -202,6 +202,7 @@ class CoordinatorEnv:
         for task in self.tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        await self.replicas.close()
         await self.logs.close()
 
     # -- the group protocol, as a client drives it --------------------------------

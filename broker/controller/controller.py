@@ -1,0 +1,146 @@
+"""The controller: one broker, elected through etcd, that elects partition leaders.
+
+Every broker runs this. While the image shows no controller, each
+registered broker campaigns (creates the controller key under its own
+lease; etcd lets one win). The winner acts on every new image: leaders for
+partitions whose leader is gone or shutting down, ISRs without dead brokers
+(:mod:`shoal.broker.controller.decisions`), and on a timer the preferred
+leaders. Its writes compare each partition's revision and its own controller
+epoch, so a controller that has been replaced, or a leader changing its ISR
+at the same moment, makes the write fail instead of both winning; the next
+image brings the truth and the controller decides again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final
+
+from shoal.broker.cluster.model import ClusterImage, ControllerLease, NodeId, TopicImage
+from shoal.broker.cluster.store import (
+    ConflictError,
+    MetadataStore,
+    PartitionChange,
+    StoreUnavailableError,
+)
+from shoal.broker.controller.decisions import elect_leaders, rebalance_preferred_leaders
+
+log = logging.getLogger(__name__)
+
+_RETRY_S: Final = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerSettings:
+    auto_leader_rebalance_enable: bool = True
+    leader_imbalance_check_interval_ms: int = 300000
+    leader_imbalance_per_broker_percentage: int = 10
+
+
+class Controller:
+    def __init__(
+        self,
+        node_id: NodeId,
+        store: MetadataStore,
+        settings: ControllerSettings,
+        unclean_allowed: Callable[[TopicImage], bool],
+    ) -> None:
+        self.node_id = node_id
+        self.store = store
+        self.settings = settings
+        self.unclean_allowed = unclean_allowed
+        self.image: ClusterImage | None = None
+        self.active = False
+        """Whether this broker may campaign (registered, not shutting down)."""
+        self._wake = asyncio.Event()
+        self._rebalance_due = False
+        self._tasks: list[asyncio.Task[None]] = []
+
+    @property
+    def lease(self) -> ControllerLease | None:
+        """Our term as controller, if the image says we hold it."""
+        image = self.image
+        if image is None or image.controller is None:
+            return None
+        return image.controller if image.controller.node_id == self.node_id else None
+
+    def on_image(self, image: ClusterImage) -> None:
+        self.image = image
+        self._wake.set()
+
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.active = True
+        self._tasks = [loop.create_task(self._run(), name="controller")]
+        if self.settings.auto_leader_rebalance_enable:
+            self._tasks.append(loop.create_task(self._rebalance_timer(), name="leader-rebalance"))
+        self._wake.set()
+
+    async def stop(self) -> None:
+        """Stop campaigning and give up office, so another broker takes over at once."""
+        self.active = False
+        lease = self.lease
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if lease is not None:
+            await self.store.resign(lease)
+
+    async def _rebalance_timer(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.leader_imbalance_check_interval_ms / 1000)
+            self._rebalance_due = True
+            self._wake.set()
+
+    async def _run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            try:
+                await self._step()
+            except (ConflictError, StoreUnavailableError) as exc:
+                log.info("event=controller_retry error=%s", exc)
+                await asyncio.sleep(_RETRY_S)
+                self._wake.set()
+
+    async def _step(self) -> None:
+        image = self.image
+        if image is None or not self.active or self.node_id not in image.brokers:
+            return
+        if image.controller is None:
+            if await self.store.campaign(self.node_id):
+                log.info("event=controller_elected node_id=%d", self.node_id)
+            return
+        lease = self.lease
+        if lease is None:
+            return
+        changes = elect_leaders(image, self.unclean_allowed)
+        if not changes and self._rebalance_due:
+            self._rebalance_due = False
+            changes = rebalance_preferred_leaders(
+                image, self.settings.leader_imbalance_per_broker_percentage
+            )
+            if changes:
+                log.info("event=preferred_leader_election partitions=%d", len(changes))
+        if changes:
+            await self.store.update_partitions(changes, lease)
+            for change in changes:
+                _log_change(change)
+
+
+def _log_change(change: PartitionChange) -> None:
+    state = change.state
+    log.info(
+        "event=partition_state_changed topic=%s partition=%d leader=%d leader_epoch=%d isr=%s",
+        change.topic,
+        change.index,
+        state.leader,
+        state.leader_epoch,
+        ",".join(map(str, state.isr)),
+    )

@@ -1,0 +1,118 @@
+"""What the controller decides, as pure functions of the cluster image.
+
+Kafka's rules, with etcd standing in for ZooKeeper:
+
+* A partition whose leader is gone (its lease ended) or is shutting down
+  gets the first replica, in assignment order, that is alive and in the ISR.
+  Brokers that are gone or shutting down leave every ISR.
+* If no replica in the ISR is alive, the partition goes offline (leader -1)
+  and keeps its last ISR, so that one of those brokers leads when it is back.
+  Only a topic with ``unclean.leader.election.enable=true`` takes any live
+  replica instead, accepting the loss of what it had not copied.
+* Preferred leaders come back: when more than ``imbalance_percent`` of the
+  partitions that prefer a broker are led elsewhere, those whose preferred
+  replica is alive and in the ISR move back to it.
+
+Every change bumps the partition epoch; every leader change bumps the leader
+epoch, which is what fences the old leader and its followers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+
+from shoal.broker.cluster.model import (
+    NO_LEADER,
+    ClusterImage,
+    NodeId,
+    PartitionState,
+    TopicImage,
+    TopicName,
+)
+from shoal.broker.cluster.store import PartitionChange
+
+
+@dataclass(frozen=True, slots=True)
+class _Slot:
+    topic: TopicName
+    index: int
+    replicas: tuple[NodeId, ...]
+    state: PartitionState
+    revision: int
+
+
+def _slots(image: ClusterImage) -> Iterator[tuple[TopicImage, _Slot]]:
+    for name, topic in sorted(image.topics.items()):
+        for index, replicas in enumerate(topic.record.assignment):
+            state = topic.partitions.get(index)
+            if state is not None:
+                revision = topic.partition_revisions.get(index, 0)
+                yield topic, _Slot(name, index, replicas, state, revision)
+
+
+def _change(slot: _Slot, leader: NodeId, isr: tuple[NodeId, ...]) -> PartitionChange | None:
+    state = slot.state
+    if leader == state.leader and isr == state.isr:
+        return None
+    new = replace(
+        state,
+        leader=leader,
+        isr=isr,
+        leader_epoch=state.leader_epoch + (1 if leader != state.leader else 0),
+        partition_epoch=state.partition_epoch + 1,
+    )
+    return PartitionChange(slot.topic, slot.index, new, slot.revision)
+
+
+def elect_leaders(
+    image: ClusterImage, unclean_allowed: Callable[[TopicImage], bool]
+) -> list[PartitionChange]:
+    """Changes for partitions whose leader or ISR members are gone or shutting down."""
+    eligible = image.eligible_leaders()
+    changes = []
+    for topic, slot in _slots(image):
+        state = slot.state
+        isr = tuple(n for n in state.isr if n in eligible)
+        if state.leader in eligible:
+            change = _change(slot, state.leader, isr)
+        else:
+            candidates = [n for n in slot.replicas if n in isr]
+            live = [n for n in slot.replicas if n in eligible]
+            if candidates:
+                change = _change(slot, candidates[0], isr)
+            elif live and unclean_allowed(topic):
+                change = _change(slot, live[0], (live[0],))
+            elif state.leader in image.brokers:
+                # Shutting down, but nobody else can take over: it keeps
+                # leading until it stops, rather than leave the partition offline.
+                change = None
+            else:
+                change = _change(slot, NO_LEADER, state.isr)
+        if change is not None:
+            changes.append(change)
+    return changes
+
+
+def rebalance_preferred_leaders(
+    image: ClusterImage, imbalance_percent: int
+) -> list[PartitionChange]:
+    """Move leadership back to preferred replicas on brokers past the imbalance threshold."""
+    eligible = image.eligible_leaders()
+    preferred: dict[NodeId, list[_Slot]] = {}
+    for _, slot in _slots(image):
+        if slot.replicas:
+            preferred.setdefault(slot.replicas[0], []).append(slot)
+    changes = []
+    for node, slots in preferred.items():
+        if node not in eligible:
+            continue
+        elsewhere = [s for s in slots if s.state.leader != node]
+        if not elsewhere or len(elsewhere) * 100 <= imbalance_percent * len(slots):
+            continue
+        for slot in elsewhere:
+            if node in slot.state.isr and slot.state.leader != NO_LEADER:
+                change = _change(slot, node, slot.state.isr)
+                if change is not None:
+                    changes.append(change)
+    return changes
