@@ -1,23 +1,29 @@
 """``shoal dev``: a local cluster on loopback, for development and for trying Shoal.
 
-Starts a real etcd and a broker as child processes with their data under
-``--data-dir`` (kept across runs), waits until the broker answers, and writes
-two files for clients:
+Starts a real etcd and three brokers as child processes with their data
+under ``--data-dir`` (kept across runs), waits until every broker answers,
+and writes two files for clients:
 
 * ``<data-dir>/client.properties``: librdkafka settings (``kcat -F``,
   ``shoal topic -F``, any librdkafka client);
 * ``<data-dir>/dev.env``: ``SHOAL_BOOTSTRAP`` and ``SHOAL_ETCD`` for ``source``.
 
+Brokers listen on ``--port`` and the two ports after it. Topics default to
+replication factor 3 and ``min.insync.replicas=2``, as a production cluster
+would run: one broker can stop without stopping acks=all writes.
+
 The data directory is locked while it runs, so a second ``shoal dev`` on
 it says so and stops. Children run in their own sessions: Ctrl-C or
-SIGTERM reaches ``shoal dev`` alone, which stops the broker first (so it
-can deregister and checkpoint) and etcd last.
+SIGTERM reaches ``shoal dev`` alone, which stops the brokers one at a time
+(each hands its leaderships to the others, deregisters and checkpoints)
+and etcd last.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -36,7 +42,13 @@ from shoal.locking import DirectoryLock, DirectoryLockedError
 
 _READY_EVENT: Final = b"event=broker_ready"
 _READY_TIMEOUT_S: Final = 120.0
-_STOP_TIMEOUT_S: Final = 30.0
+_STOP_TIMEOUT_S: Final = 60.0
+BROKERS: Final = 3
+_BROKER_ENV: Final = {
+    "SHOAL_DEFAULT_REPLICATION_FACTOR": str(BROKERS),
+    "SHOAL_OFFSETS_TOPIC_REPLICATION_FACTOR": str(BROKERS),
+    "SHOAL_TOPIC_DEFAULTS": json.dumps({"min.insync.replicas": "2"}),
+}
 
 
 def _check_port_free(port: int, what: str) -> None:
@@ -54,13 +66,17 @@ def dev(
         Path, typer.Option(envvar="SHOAL_DEV_DATA_DIR", help="Where etcd and broker data live.")
     ] = Path(".shoal"),
     port: Annotated[
-        int, typer.Option(envvar="SHOAL_DEV_PORT", help="The broker's Kafka port.")
+        int,
+        typer.Option(
+            envvar="SHOAL_DEV_PORT",
+            help="Kafka port of broker 0; brokers 1 and 2 take the next two.",
+        ),
     ] = 9092,
     etcd_port: Annotated[
         int, typer.Option(envvar="SHOAL_DEV_ETCD_PORT", help="etcd client port (peer: +1).")
     ] = 2379,
 ) -> None:
-    """Run etcd and a broker on loopback until Ctrl-C."""
+    """Run etcd and three brokers on loopback until Ctrl-C."""
     data_dir = data_dir.resolve()
     try:
         lock = DirectoryLock(data_dir)
@@ -68,7 +84,9 @@ def dev(
         typer.echo(f"shoal dev: {exc}", err=True)
         raise typer.Exit(1) from exc
     try:
-        for number, what in ((port, "Kafka"), (etcd_port, "etcd"), (etcd_port + 1, "etcd peer")):
+        wanted = [(port + i, f"Kafka, broker {i}") for i in range(BROKERS)]
+        wanted += [(etcd_port, "etcd"), (etcd_port + 1, "etcd peer")]
+        for number, what in wanted:
             _check_port_free(number, what)
         cluster = DevCluster(data_dir, port, etcd_port)
         run_until_signalled(cluster.run)
@@ -88,7 +106,7 @@ class DevCluster:
 
     @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return ",".join(f"127.0.0.1:{self.port + i}" for i in range(BROKERS))
 
     async def run(self, stop: asyncio.Event) -> None:
         with open(self.data_dir / "etcd.log", "ab") as etcd_log:  # noqa: ASYNC230 - once, at start
@@ -99,36 +117,44 @@ class DevCluster:
                 self.failure = f"{exc} (see {self.data_dir / 'etcd.log'})"
                 await etcd.stop()
                 return
-            broker: asyncio.subprocess.Process | None = None
+            brokers: list[asyncio.subprocess.Process] = []
+            pumps: list[asyncio.Task[None]] = []
             try:
-                broker = await self._start_broker(etcd.url)
-                ready = asyncio.Event()
-                pump = asyncio.create_task(_pump(broker, "broker-0", ready))
-                if await self._until_ready(broker, ready, stop):
+                readiness = []
+                for node in range(BROKERS):
+                    broker = await self._start_broker(node, etcd.url)
+                    ready = asyncio.Event()
+                    brokers.append(broker)
+                    readiness.append(ready)
+                    pumps.append(asyncio.create_task(_pump(broker, f"broker-{node}", ready)))
+                if await self._until_ready(brokers, readiness, stop):
                     self._write_client_files(etcd.url)
                     self._announce(etcd.url)
-                    await _first_of(stop.wait(), broker.wait())
-                    if broker.returncode is not None and not stop.is_set():
-                        self.failure = f"the broker exited with status {broker.returncode}"
-                await _terminate(broker)
-                await pump
+                    # A broker that dies is reported, and the others carry on: that is
+                    # what replication is for, and how to try a failover here.
+                    await _first_of(stop.wait(), _all_exited(brokers))
+                    if not stop.is_set():
+                        self.failure = "every broker exited"
+                # One at a time, last first: each hands its leaderships to the others.
+                for broker in reversed(brokers):
+                    await _terminate(broker)
+                await asyncio.gather(*pumps)
             finally:
-                if broker is not None:
+                for broker in brokers:
                     await _terminate(broker)
                 await etcd.stop()
 
-    async def _start_broker(self, etcd_url: str) -> asyncio.subprocess.Process:
-        # One broker: the offsets topic cannot have Kafka's default three replicas.
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", "SHOAL_OFFSETS_TOPIC_REPLICATION_FACTOR": "1"}
+    async def _start_broker(self, node: int, etcd_url: str) -> asyncio.subprocess.Process:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **_BROKER_ENV}
         return await asyncio.create_subprocess_exec(
             sys.executable,
             "-P",
             "-m",
             "shoal",
             "broker",
-            "--node-id=0",
-            f"--data-dir={self.data_dir / 'broker-0'}",
-            f"--listen={self.bootstrap}",
+            f"--node-id={node}",
+            f"--data-dir={self.data_dir / f'broker-{node}'}",
+            f"--listen=127.0.0.1:{self.port + node}",
             f"--etcd={etcd_url}",
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
@@ -137,19 +163,30 @@ class DevCluster:
         )
 
     async def _until_ready(
-        self, broker: asyncio.subprocess.Process, ready: asyncio.Event, stop: asyncio.Event
+        self,
+        brokers: list[asyncio.subprocess.Process],
+        readiness: list[asyncio.Event],
+        stop: asyncio.Event,
     ) -> bool:
+        async def all_ready() -> None:
+            for ready in readiness:
+                await ready.wait()
+
         try:
             await asyncio.wait_for(
-                _first_of(ready.wait(), broker.wait(), stop.wait()), _READY_TIMEOUT_S
+                _first_of(all_ready(), stop.wait(), *(b.wait() for b in brokers)),
+                _READY_TIMEOUT_S,
             )
         except TimeoutError:
-            self.failure = f"the broker was not ready after {_READY_TIMEOUT_S:.0f}s"
+            self.failure = f"the brokers were not ready after {_READY_TIMEOUT_S:.0f}s"
             return False
-        if broker.returncode is not None:
-            self.failure = f"the broker exited with status {broker.returncode} while starting"
-            return False
-        return ready.is_set()
+        for node, broker in enumerate(brokers):
+            if broker.returncode is not None:
+                self.failure = (
+                    f"broker {node} exited with status {broker.returncode} while starting"
+                )
+                return False
+        return all(ready.is_set() for ready in readiness)
 
     def _write_client_files(self, etcd_url: str) -> None:
         (self.data_dir / "client.properties").write_text(
@@ -166,7 +203,7 @@ class DevCluster:
 
     def _announce(self, etcd_url: str) -> None:
         text = (
-            f"bootstrap   {self.bootstrap}\n"
+            f"bootstrap   {self.bootstrap}  (3 brokers, replication factor 3)\n"
             f"etcd        {etcd_url}\n"
             f"data        {self.data_dir}\n"
             f"client      {self.data_dir / 'client.properties'}\n"
@@ -174,6 +211,7 @@ class DevCluster:
             f"kcat -F {self.data_dir / 'client.properties'} -L\n"
             f"{_shoal_command()} topic create demo --partitions 3"
             f" -F {self.data_dir / 'client.properties'}\n"
+            "A broker that dies is reported and the others carry on.\n"
             "Ctrl-C stops everything; data stays for the next run."
         )
         Console(stderr=True).print(Panel(text, title="shoal dev is ready", expand=False))
@@ -185,6 +223,16 @@ def _shoal_command() -> str:
     if argv0.name == "shoal" and shutil.which("shoal") != str(argv0.resolve()):
         return os.path.relpath(argv0) if argv0.is_absolute() else str(argv0)
     return "shoal"
+
+
+async def _all_exited(brokers: list[asyncio.subprocess.Process]) -> None:
+    async def watch(node: int, broker: asyncio.subprocess.Process) -> None:
+        status = await broker.wait()
+        Console(stderr=True).print(
+            f"[yellow]broker {node} exited with status {status}; the others carry on[/yellow]"
+        )
+
+    await asyncio.gather(*(watch(node, broker) for node, broker in enumerate(brokers)))
 
 
 async def _first_of(*aws: object) -> None:

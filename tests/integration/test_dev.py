@@ -1,5 +1,5 @@
-"""`shoal dev`: a local cluster that starts, serves kcat, refuses a second copy,
-keeps its data across runs and stops every child on SIGTERM."""
+"""`shoal dev`: a local three-broker cluster that starts, serves kcat, refuses a
+second copy, keeps its data across runs and stops every child on SIGTERM."""
 
 from __future__ import annotations
 
@@ -57,12 +57,15 @@ def test_dev_cluster_lifecycle(tmp_path: Path) -> None:
     try:
         properties = data_dir / "client.properties"
         wait_until(properties.exists, 90, "client.properties")
-        assert f"bootstrap.servers=127.0.0.1:{port}" in properties.read_text()
+        bootstrap = f"127.0.0.1:{port},127.0.0.1:{port + 1},127.0.0.1:{port + 2}"
+        assert f"bootstrap.servers={bootstrap}" in properties.read_text()
         env_file = (data_dir / "dev.env").read_text()
-        assert f"SHOAL_BOOTSTRAP=127.0.0.1:{port}" in env_file
+        assert f"SHOAL_BOOTSTRAP={bootstrap}" in env_file
         assert f"SHOAL_ETCD=http://127.0.0.1:{etcd_port}" in env_file
 
-        assert b"broker 0 at 127.0.0.1" in kcat(properties, "-L")
+        listing = kcat(properties, "-L")
+        assert b"3 brokers:" in listing
+        assert all(b"broker %d at 127.0.0.1" % node in listing for node in range(3))
         # What the README tells a newcomer to do: source the file, then use the CLI.
         listed = subprocess.run(
             ["bash", "-c", f"source {data_dir / 'dev.env'} && {sys.executable} -P -m shoal "
@@ -73,23 +76,18 @@ def test_dev_cluster_lifecycle(tmp_path: Path) -> None:
         )  # fmt: skip
         assert listed.returncode == 0, listed.stderr.decode()
         assert json.loads(listed.stdout) == []
-        subprocess.run(
-            [
-                sys.executable,
-                "-P",
-                "-m",
-                "shoal",
-                "topic",
-                "create",
-                "dev-topic",
-                "-F",
-                str(properties),
-            ],
+        created = subprocess.run(
+            [sys.executable, "-P", "-m", "shoal", "topic", "create", "dev-topic",
+             "-F", str(properties), "-o", "json"],
             check=True,
             capture_output=True,
             timeout=60,
-        )
-        kcat(properties, "-P", "-t", "dev-topic", stdin=b"one\ntwo\n")
+        )  # fmt: skip
+        # Replication factor 3 and min.insync.replicas=2 by default, as in production.
+        topic = json.loads(created.stdout)
+        assert sorted(topic["partitions"][0]["replicas"]) == [0, 1, 2]
+        assert topic["configs"]["min.insync.replicas"]["value"] == "2"
+        kcat(properties, "-X", "acks=all", "-P", "-t", "dev-topic", stdin=b"one\ntwo\n")
         assert kcat(properties, "-C", "-t", "dev-topic", "-e", "-q") == b"one\ntwo\n"
 
         second = subprocess.run(
@@ -102,11 +100,22 @@ def test_dev_cluster_lifecycle(tmp_path: Path) -> None:
         assert b"in use by another process" in second.stderr
 
         children = child_pids(dev.pid)
-        assert len(children) == 2, "etcd and one broker"
+        assert len(children) == 4, "etcd and three brokers"
+        # One broker dying is reported; the cluster carries on without it.
+        (broker_2,) = [
+            p for p in children if b"--node-id=2" in Path(f"/proc/{p}/cmdline").read_bytes()
+        ]
+        os.kill(broker_2, signal.SIGKILL)
+        output = data_dir.parent / "dev-output.log"
+        wait_until(lambda: b"broker 2 exited" in output.read_bytes(), 30, "the death reported")
+        assert dev.poll() is None
+        kcat(properties, "-X", "acks=all", "-P", "-t", "dev-topic", stdin=b"three\n")
+
         dev.send_signal(signal.SIGTERM)
         assert dev.wait(60) == 0
         wait_until(lambda: not any(alive(pid) for pid in children), 10, "children to exit")
-        assert (data_dir / "broker-0" / ".kafka_cleanshutdown").exists()
+        for node in (0, 1):
+            assert (data_dir / f"broker-{node}" / ".kafka_cleanshutdown").exists()
     finally:
         if dev.poll() is None:
             dev.kill()
@@ -116,7 +125,7 @@ def test_dev_cluster_lifecycle(tmp_path: Path) -> None:
     again = start_dev(data_dir, port, etcd_port)
     try:
         wait_until(properties.exists, 90, "client.properties after restart")
-        assert kcat(properties, "-C", "-t", "dev-topic", "-e", "-q") == b"one\ntwo\n"
+        assert kcat(properties, "-C", "-t", "dev-topic", "-e", "-q") == b"one\ntwo\nthree\n"
     finally:
         again.send_signal(signal.SIGINT)
         assert again.wait(60) == 0
