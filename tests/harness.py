@@ -145,6 +145,10 @@ class BrokerProcess:
             log.seek(offset)
             return READY_EVENT.encode() in log.read()
 
+    def log_text(self) -> str:
+        """The broker's whole log, for tests that look for an event in it."""
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
     def log_tail(self, chars: int = 4000) -> str:
         return self.log_path.read_text(errors="replace")[-chars:] if self.log_path.exists() else ""
 
