@@ -183,7 +183,7 @@ class ReplicaFetcher:
     def _apply_truncation(followed: _Followed, leader_epoch: int, end_offset: int) -> None:
         plog = followed.partition.log
         before = plog.log_end_offset
-        target = truncation_offset(
+        target, complete = truncation_offset(
             plog.epochs, before, plog.high_watermark, leader_epoch, end_offset
         )
         if target < before:
@@ -196,7 +196,8 @@ class ReplicaFetcher:
                 plog.log_end_offset,
                 followed.epoch,
             )
-        followed.truncated = True
+        # Not complete: ask again with the epoch the cut left as our latest (KIP-279).
+        followed.truncated = complete
 
     # -- fetching ----------------------------------------------------------------
 
