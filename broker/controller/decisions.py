@@ -81,12 +81,12 @@ def elect_leaders(
             live = [n for n in slot.replicas if n in eligible]
             if candidates:
                 change = _change(slot, candidates[0], isr)
+            elif state.leader in image.brokers:
+                # Shutting down, but no in-sync replica can take over: it keeps
+                # leading until it stops, rather than lose data or go offline.
+                change = None
             elif live and unclean_allowed(topic):
                 change = _change(slot, live[0], (live[0],))
-            elif state.leader in image.brokers:
-                # Shutting down, but nobody else can take over: it keeps
-                # leading until it stops, rather than leave the partition offline.
-                change = None
             else:
                 change = _change(slot, NO_LEADER, state.isr)
         if change is not None:
