@@ -108,7 +108,6 @@ class Broker:
                 logs,
                 config.topic_defaults,
                 monotonic_ms,
-                store,
                 _fetcher_settings(config),
                 config.replica_lag_time_max_ms,
             )
@@ -152,6 +151,7 @@ class Broker:
                 groups,
                 ProducerIdManager(store),
                 wall_clock_ms,
+                controller,
             )
             try:
                 await self._serve(services, store, controller, stop)

@@ -8,9 +8,10 @@ from an older topic of the same name, recognised by its topic id).
 
 As leader of a partition it also keeps the ISR honest: followers that fetch
 their way back to the log end are added, followers that fall behind for
-``replica.lag.time.max.ms`` are removed. Both are compare-and-swap writes of
-the partition state in the store, guarded by the revision this broker saw,
-so they never overwrite a controller's election.
+``replica.lag.time.max.ms`` are removed. Both go to the controller as
+AlterPartition requests (:mod:`shoal.broker.replication.alter_partition`),
+which it checks against the partition's epochs and writes with
+compare-and-swap, so they never overwrite an election.
 """
 
 from __future__ import annotations
@@ -21,22 +22,11 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Final
 
-from shoal.broker.cluster.model import (
-    ClusterImage,
-    NodeId,
-    PartitionState,
-    TopicImage,
-    TopicName,
-)
-from shoal.broker.cluster.store import (
-    ConflictError,
-    MetadataStore,
-    PartitionChange,
-    StoreUnavailableError,
-)
+from shoal.broker.cluster.model import ClusterImage, NodeId, PartitionState, TopicImage
 from shoal.broker.log.config import LogConfig
 from shoal.broker.log.manager import LogManager
 from shoal.broker.partition import Partition
+from shoal.broker.replication.alter_partition import AlterPartitionSender
 from shoal.broker.replication.fetcher import FetcherSettings, ReplicaFetcherManager
 
 log = logging.getLogger(__name__)
@@ -52,7 +42,6 @@ class ReplicaManager:
         logs: LogManager,
         broker_defaults: Mapping[str, str],
         clock: Callable[[], int],
-        store: MetadataStore | None = None,
         fetcher_settings: FetcherSettings | None = None,
         replica_lag_time_max_ms: int = 30000,
     ) -> None:
@@ -60,14 +49,13 @@ class ReplicaManager:
         self.logs = logs
         self.broker_defaults = dict(broker_defaults)
         self.clock = clock
-        self.store = store
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self.partitions: dict[TopicPartition, Partition] = {}
         self.image: ClusterImage | None = None
         self.fetchers = ReplicaFetcherManager(
             self._address_of, fetcher_settings or FetcherSettings(node_id)
         )
-        self._tasks: set[asyncio.Task[None]] = set()
+        self.isr_changes = AlterPartitionSender(node_id, lambda: self.image)
         self._shrinker: asyncio.Task[None] | None = None
 
     def log_config(self, topic: TopicImage | None) -> LogConfig:
@@ -161,40 +149,7 @@ class ReplicaManager:
                 self._propose(partition, shrunk, "isr_shrink")
 
     def _propose(self, partition: Partition, state: PartitionState, event: str) -> None:
-        if self.store is None:
-            return
-        partition.pending_isr = state.isr
-        change = PartitionChange(
-            TopicName(partition.topic), partition.index, state, partition.revision
-        )
-        task = asyncio.get_running_loop().create_task(self._write(partition, change, event))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _write(self, partition: Partition, change: PartitionChange, event: str) -> None:
-        assert self.store is not None
-        old = partition.state.isr
-        try:
-            await self.store.update_partitions([change])
-        except (ConflictError, StoreUnavailableError) as exc:
-            if partition.pending_isr == change.state.isr:
-                partition.pending_isr = None
-            log.info(
-                "event=%s_failed topic=%s partition=%d error=%s",
-                event,
-                partition.topic,
-                partition.index,
-                exc,
-            )
-            return
-        log.info(
-            "event=%s topic=%s partition=%d old_isr=%s new_isr=%s",
-            event,
-            partition.topic,
-            partition.index,
-            ",".join(map(str, old)),
-            ",".join(map(str, change.state.isr)),
-        )
+        self.isr_changes.submit(partition, state, event)
 
     def start(self) -> None:
         self._shrinker = asyncio.get_running_loop().create_task(
@@ -207,9 +162,9 @@ class ReplicaManager:
             self.shrink_isrs()
 
     async def close(self) -> None:
-        for task in [self._shrinker, *self._tasks]:
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+        if self._shrinker is not None:
+            self._shrinker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._shrinker
+        await self.isr_changes.close()
         await self.fetchers.close()

@@ -166,6 +166,15 @@ class BrokerProcess:
             self.process.kill()
         self.process.wait(10)
 
+    def pause(self) -> None:
+        """SIGSTOP: alive but silent (no fetches, no lease renewals) until :meth:`resume`."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGCONT)
+
     @property
     def running(self) -> bool:
         return self.process is not None and self.process.poll() is None

@@ -20,18 +20,44 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
-from shoal.broker.cluster.model import ClusterImage, ControllerLease, NodeId, TopicImage
+from shoal.broker.cluster.model import (
+    ClusterImage,
+    ControllerLease,
+    NodeId,
+    PartitionState,
+    TopicImage,
+)
 from shoal.broker.cluster.store import (
     ConflictError,
     MetadataStore,
     PartitionChange,
     StoreUnavailableError,
 )
-from shoal.broker.controller.decisions import elect_leaders, rebalance_preferred_leaders
+from shoal.broker.controller.decisions import (
+    IsrChangeRefusedError,
+    IsrChangeRequest,
+    alter_isr,
+    elect_leaders,
+    rebalance_preferred_leaders,
+)
 
 log = logging.getLogger(__name__)
 
 _RETRY_S: Final = 0.5
+_CATCH_UP_S: Final = 2.0
+"""How long an ISR request waits for our image to reach the partition epoch it names."""
+
+
+class NotControllerError(Exception):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class IsrChangeResult:
+    request: IsrChangeRequest
+    code: str | None
+    """None when done, else the Kafka error name."""
+    state: PartitionState | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +83,7 @@ class Controller:
         self.active = False
         """Whether this broker may campaign (registered, not shutting down)."""
         self._wake = asyncio.Event()
+        self._image_changed = asyncio.Event()
         self._rebalance_due = False
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -71,6 +98,51 @@ class Controller:
     def on_image(self, image: ClusterImage) -> None:
         self.image = image
         self._wake.set()
+        self._image_changed.set()
+
+    async def alter_partitions(self, requests: list[IsrChangeRequest]) -> list[IsrChangeResult]:
+        """AlterPartition: check each leader's ISR request and write it; NotControllerError
+        if this broker is not the controller."""
+        if self.lease is None:
+            raise NotControllerError
+        results = []
+        for request in requests:
+            await self._catch_up(request)
+            lease, image = self.lease, self.image
+            if lease is None or image is None:
+                raise NotControllerError
+            try:
+                change = alter_isr(image, request)
+            except IsrChangeRefusedError as exc:
+                results.append(IsrChangeResult(request, exc.code, None))
+                continue
+            if change is None:
+                topic = image.topic_by_id(request.topic_id)
+                state = topic.partitions.get(request.index) if topic is not None else None
+                results.append(IsrChangeResult(request, None, state))
+                continue
+            try:
+                await self.store.update_partitions([change], lease)
+            except ConflictError:
+                results.append(IsrChangeResult(request, "invalid_update_version", None))
+                continue
+            _log_change(change)
+            results.append(IsrChangeResult(request, None, change.state))
+        return results
+
+    async def _catch_up(self, request: IsrChangeRequest) -> None:
+        """A leader may have seen a newer partition epoch than our image shows yet."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + _CATCH_UP_S
+        while (remaining := deadline - loop.time()) > 0:
+            image = self.image
+            topic = image.topic_by_id(request.topic_id) if image is not None else None
+            state = topic.partitions.get(request.index) if topic is not None else None
+            if state is None or state.partition_epoch >= request.partition_epoch:
+                return
+            self._image_changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._image_changed.wait(), remaining)
 
     def start(self) -> None:
         loop = asyncio.get_running_loop()

@@ -13,12 +13,17 @@ Kafka's rules, with etcd standing in for ZooKeeper:
   partitions that prefer a broker are led elsewhere, those whose preferred
   replica is alive and in the ISR move back to it.
 
+Leaders ask the controller to change their ISR (AlterPartition):
+:func:`alter_isr` checks such a request against the image as Kafka's
+controller does.
+
 Every change bumps the partition epoch; every leader change bumps the leader
 epoch, which is what fences the old leader and its followers.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
@@ -116,3 +121,76 @@ def rebalance_preferred_leaders(
                 if change is not None:
                     changes.append(change)
     return changes
+
+
+@dataclass(frozen=True, slots=True)
+class IsrChangeRequest:
+    """One partition of an AlterPartition request: a leader asks for a new ISR."""
+
+    broker_id: NodeId
+    topic_id: uuid.UUID
+    index: int
+    leader_epoch: int
+    partition_epoch: int
+    new_isr: tuple[NodeId, ...]
+
+
+class IsrChangeRefusedError(Exception):
+    """An AlterPartition the controller refuses; ``code`` names the Kafka error."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def alter_isr(image: ClusterImage, request: IsrChangeRequest) -> PartitionChange | None:
+    """The change a leader's ISR request makes (None: the ISR is that already), or why
+    it is refused (Kafka's rules).
+
+    Only the current leader, at the current leader and partition epochs, may
+    change the ISR; the new ISR keeps the leader, names only replicas, and
+    adds only brokers that are alive and not shutting down.
+    """
+    topic = image.topic_by_id(request.topic_id)
+    if topic is None:
+        raise IsrChangeRefusedError("unknown_topic_id", f"no topic {request.topic_id}")
+    state = topic.partitions.get(request.index)
+    if state is None or not 0 <= request.index < topic.record.partition_count:
+        raise IsrChangeRefusedError(
+            "unknown_topic_or_partition", f"no partition {topic.record.name}-{request.index}"
+        )
+    if request.leader_epoch != state.leader_epoch:
+        raise IsrChangeRefusedError(
+            "fenced_leader_epoch",
+            f"leader epoch {request.leader_epoch}, the partition is at {state.leader_epoch}",
+        )
+    if request.broker_id != state.leader:
+        raise IsrChangeRefusedError(
+            "invalid_request", f"broker {request.broker_id} is not the leader ({state.leader})"
+        )
+    if request.partition_epoch != state.partition_epoch:
+        raise IsrChangeRefusedError(
+            "invalid_update_version",
+            f"partition epoch {request.partition_epoch}, the partition is at"
+            f" {state.partition_epoch}",
+        )
+    replicas = topic.record.assignment[request.index]
+    isr = request.new_isr
+    if state.leader not in isr or len(set(isr)) != len(isr) or not set(isr) <= set(replicas):
+        raise IsrChangeRefusedError(
+            "invalid_request", f"ISR {list(isr)} must hold the leader and only replicas"
+        )
+    eligible = image.eligible_leaders()
+    joining = [n for n in isr if n not in state.isr and n not in eligible]
+    if joining:
+        raise IsrChangeRefusedError(
+            "ineligible_replica", f"brokers {joining} are gone or shutting down"
+        )
+    slot = _Slot(
+        topic.record.name,
+        request.index,
+        replicas,
+        state,
+        topic.partition_revisions.get(request.index, 0),
+    )
+    return _change(slot, state.leader, isr)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Final
 
+from shoal.broker.handlers.alter_partition import handle_alter_partition
 from shoal.broker.handlers.api_versions import ApiVersionsResponder
 from shoal.broker.handlers.base import Handler
 from shoal.broker.handlers.configs import (
@@ -74,6 +75,7 @@ CREATE_PARTITIONS: Final = 37
 DELETE_GROUPS: Final = 42
 INCREMENTAL_ALTER_CONFIGS: Final = 44
 OFFSET_DELETE: Final = 47
+ALTER_PARTITION: Final = 56
 DESCRIBE_CLUSTER: Final = 60
 
 API_VERSIONS: Final[dict[int, tuple[int, int]]] = {
@@ -104,6 +106,7 @@ API_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     DELETE_GROUPS: (0, 2),
     INCREMENTAL_ALTER_CONFIGS: (0, 1),
     OFFSET_DELETE: (0, 0),
+    ALTER_PARTITION: (2, 3),
     DESCRIBE_CLUSTER: (0, 1),
 }
 
@@ -138,5 +141,6 @@ def build_handlers() -> dict[int, Handler]:
         DELETE_GROUPS: handle_delete_groups,
         INCREMENTAL_ALTER_CONFIGS: handle_incremental_alter_configs,
         OFFSET_DELETE: handle_offset_delete,
+        ALTER_PARTITION: handle_alter_partition,
         DESCRIBE_CLUSTER: handle_describe_cluster,
     }

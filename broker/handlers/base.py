@@ -18,6 +18,7 @@ from typing import Any, Final
 from shoal.broker.cluster.cache import MetadataCache
 from shoal.broker.cluster.model import ClusterImage, NodeId, TopicImage, TopicName
 from shoal.broker.config import BrokerConfig
+from shoal.broker.controller.controller import Controller
 from shoal.broker.coordinator.coordinator import GroupCoordinator
 from shoal.broker.partition import NotLeaderError, Partition, UnknownPartitionError
 from shoal.broker.producer_ids import ProducerIdManager
@@ -64,6 +65,7 @@ class BrokerServices:
     groups: GroupCoordinator
     producer_ids: ProducerIdManager
     clock: Callable[[], int]
+    controller: Controller
 
     @property
     def image(self) -> ClusterImage:

@@ -278,3 +278,51 @@ def _coordinator_of(cluster: Cluster, group: str) -> int:
     with RawConnection(cluster.live_bootstrap().split(",")[0]) as conn:
         body = conn.call(find(key_type=0, coordinator_keys=(group,)))
     return int(body.coordinators[0].node_id)
+
+
+def test_an_uncommitted_tail_of_a_dead_leader_is_cut_when_it_returns(cluster: Cluster) -> None:
+    """KIP-101: records only the old leader had are removed, never served, after failover."""
+    topic = cluster.create_topic("divergent", 1, **{"min.insync.replicas": "1"})
+    cluster.wait_full_isr(topic)
+    old_leader = cluster.leader_of(topic, 0)
+    followers = [n for n in cluster.brokers if n != old_leader]
+    committed = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+    for i in range(50):
+        committed.produce(topic, value=b"committed-%d" % i)
+    assert committed.flush(30) == 0
+
+    # Freeze the followers, give the leader records only it has, then kill it:
+    # acks=1 answers them, but no other replica ever copies them.
+    for node in followers:
+        cluster.brokers[node].pause()
+    try:
+        lonely = Producer({"bootstrap.servers": cluster.brokers[old_leader].bootstrap, "acks": "1"})
+        for i in range(20):
+            lonely.produce(topic, value=b"lost-%d" % i)
+        assert lonely.flush(10) == 0
+        cluster.brokers[old_leader].kill()
+    finally:
+        for node in followers:
+            cluster.brokers[node].resume()
+
+    wait_until(lambda: cluster.leader_of(topic, 0) in followers, 30, "a follower elected leader")
+    after = Producer({"bootstrap.servers": cluster.live_bootstrap(), "acks": "all"})
+    for i in range(30):
+        after.produce(topic, value=b"after-%d" % i)
+    assert after.flush(30) == 0
+
+    cluster.restart(old_leader)
+    cluster.wait_full_isr(topic)
+    assert "event=log_truncated" in cluster.brokers[old_leader].log_text()
+    expected = [b"committed-%d" % i for i in range(50)] + [b"after-%d" % i for i in range(30)]
+    # Every replica serves the same log: ask each in turn as leader.
+    for node in cluster.brokers:
+        for other in cluster.brokers:
+            if other != node:
+                cluster.brokers[other].stop()
+        stored = read_all(cluster.brokers[node].bootstrap, topic, 1)
+        assert [v for _, v in stored[0]] == expected, f"broker {node} serves another log"
+        for other in cluster.brokers:
+            if other != node:
+                cluster.restart(other)
+        cluster.wait_full_isr(topic)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 
+import pytest
 from shoal.broker.cluster.model import (
     NO_LEADER,
     BrokerRegistration,
@@ -23,7 +24,13 @@ from shoal.broker.cluster.model import (
     TopicRecord,
 )
 from shoal.broker.cluster.store import PartitionChange
-from shoal.broker.controller.decisions import elect_leaders, rebalance_preferred_leaders
+from shoal.broker.controller.decisions import (
+    IsrChangeRefusedError,
+    IsrChangeRequest,
+    alter_isr,
+    elect_leaders,
+    rebalance_preferred_leaders,
+)
 
 UNCLEAN = "unclean.leader.election.enable"
 PartitionSpec = tuple[Sequence[int], PartitionState]
@@ -351,3 +358,76 @@ def test_rebalance_counts_imbalance_per_preferred_broker() -> None:
     changes = rebalance_preferred_leaders(_image([orders], live=(1, 2)), 10)
     assert sorted(c.index for c in changes) == [10, 11]
     assert all(c.state.leader == 2 for c in changes)
+
+
+# -- AlterPartition: a leader's ISR request ------------------------------------------
+
+
+def _isr_request(
+    topic: TopicImage,
+    broker: int = 1,
+    isr: Sequence[int] = (1, 2, 3),
+    leader_epoch: int = 3,
+    partition_epoch: int = 7,
+) -> IsrChangeRequest:
+    return IsrChangeRequest(
+        NodeId(broker),
+        topic.record.topic_id,
+        0,
+        leader_epoch,
+        partition_epoch,
+        tuple(NodeId(n) for n in isr),
+    )
+
+
+def test_leader_adds_a_caught_up_follower_at_its_current_epochs() -> None:
+    orders = _topic("orders", [((1, 2, 3), _state(1, (1, 2)))])
+    change = alter_isr(_image([orders], live=(1, 2, 3)), _isr_request(orders))
+    assert change is not None
+    assert change.state.isr == (1, 2, 3)
+    assert change.state.leader == 1
+    assert change.state.leader_epoch == 3, "an ISR change is not a leader change"
+    assert change.state.partition_epoch == 8
+    assert change.expected_revision == 100
+
+
+def test_isr_request_already_in_effect_changes_nothing() -> None:
+    orders = _topic("orders", [((1, 2, 3), _state(1, (1, 2, 3)))])
+    assert alter_isr(_image([orders], live=(1, 2, 3)), _isr_request(orders)) is None
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "code"),
+    [
+        ({"leader_epoch": 2}, "fenced_leader_epoch"),
+        ({"partition_epoch": 6}, "invalid_update_version"),
+        ({"broker": 2}, "invalid_request"),
+        ({"isr": (2, 3)}, "invalid_request"),
+        ({"isr": (1, 2, 4)}, "invalid_request"),
+        ({"isr": (1, 2, 2)}, "invalid_request"),
+    ],
+)
+def test_isr_requests_kafka_refuses(kwargs: dict[str, object], code: str) -> None:
+    orders = _topic("orders", [((1, 2, 3), _state(1, (1, 2)))])
+    with pytest.raises(IsrChangeRefusedError) as refused:
+        alter_isr(_image([orders], live=(1, 2, 3)), _isr_request(orders, **kwargs))  # type: ignore[arg-type]
+    assert refused.value.code == code
+
+
+def test_a_gone_or_shutting_down_broker_may_not_join_the_isr() -> None:
+    orders = _topic("orders", [((1, 2, 3), _state(1, (1, 2)))])
+    for image in (
+        _image([orders], live=(1, 2)),
+        _image([orders], live=(1, 2, 3), shutting_down=(3,)),
+    ):
+        with pytest.raises(IsrChangeRefusedError) as refused:
+            alter_isr(image, _isr_request(orders))
+        assert refused.value.code == "ineligible_replica"
+
+
+def test_isr_request_for_an_unknown_topic_id() -> None:
+    orders = _topic("orders", [((1, 2, 3), _state(1, (1, 2)))])
+    other = _topic("other", [((1, 2, 3), _state(1, (1, 2)))])
+    with pytest.raises(IsrChangeRefusedError) as refused:
+        alter_isr(_image([orders], live=(1, 2, 3)), _isr_request(other))
+    assert refused.value.code == "unknown_topic_id"
