@@ -83,5 +83,7 @@ class KafkaChannel:
         writer, self._writer, self._reader = self._writer, None, None
         if writer is not None:
             writer.close()
-            with contextlib.suppress(OSError, asyncio.CancelledError):
+            # Never swallow a cancellation here: a fetcher being stopped while
+            # it closes a failed channel would otherwise retry forever.
+            with contextlib.suppress(OSError):
                 await writer.wait_closed()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import random
+import signal
 import sys
 import time
 import uuid
@@ -326,3 +327,14 @@ def test_an_uncommitted_tail_of_a_dead_leader_is_cut_when_it_returns(cluster: Cl
             if other != node:
                 cluster.restart(other)
         cluster.wait_full_isr(topic)
+
+
+def test_every_broker_stopped_at_once_exits_cleanly(cluster: Cluster) -> None:
+    """Each loses its leader while it stops; none may keep retrying forever."""
+    topic = cluster.create_topic("all-stop", 3)
+    cluster.wait_full_isr(topic)
+    for broker in cluster.brokers.values():
+        assert broker.process is not None
+        broker.process.send_signal(signal.SIGTERM)
+    for broker in cluster.brokers.values():
+        assert broker.process.wait(45) == 0, broker.log_tail()
