@@ -52,6 +52,7 @@ test: check pytest
 bench: $(VENV)/.installed-test
 	$(BIN)/python benchmarks/produce_consume.py
 	$(BIN)/python benchmarks/group_consume.py
+	$(BIN)/python benchmarks/replicated.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -1,4 +1,4 @@
-"""What the benchmarks share: a local cluster, the machine's limits, process CPU time."""
+"""What the benchmarks share: a local cluster of one or more brokers, machine limits, CPU time."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ from pathlib import Path
 from shoal.etcd_process import etcd_command
 
 HERE = Path(__file__).resolve().parent
+STOP_TIMEOUT_S = 20.0
+"""How long brokers may take to stop on SIGTERM before they are killed."""
 LIMITS = Path(os.environ.get("SHOAL_LIMITS", HERE.parent.parent / "shared" / "tools" / "limits"))
 
 
@@ -44,54 +46,136 @@ def measure_limits(directory: Path) -> dict[str, float]:
 
 
 class LocalCluster:
-    """etcd and one broker as child processes, for a benchmark run."""
+    """etcd and N brokers as child processes, for a benchmark run.
 
-    def __init__(self, root: Path) -> None:
+    Broker ``i`` has node id ``i``, listens on its own loopback port, keeps
+    its data in ``root/broker-i`` and logs to ``root/broker-i.log``. It can be
+    killed with SIGKILL and started again with the same id, port and data
+    directory, as a crashed machine that comes back. ``env`` is added to every
+    broker's environment (``SHOAL_*`` settings); by default
+    ``__consumer_offsets`` has as many replicas as there are brokers, up to
+    Kafka's three. Leaving the ``with`` block stops the brokers (SIGTERM, all
+    at once), then etcd.
+    """
+
+    def __init__(self, root: Path, brokers: int = 1, env: dict[str, str] | None = None) -> None:
         self.root = root
-        self.port = free_port()
-        self.processes: list[subprocess.Popen[bytes]] = []
+        self.ports = [free_port() for _ in range(brokers)]
+        self.env = {"SHOAL_OFFSETS_TOPIC_REPLICATION_FACTOR": str(min(brokers, 3)), **(env or {})}
+        self.etcd_url = ""
+        self.etcd: subprocess.Popen[bytes] | None = None
+        self.brokers: list[subprocess.Popen[bytes] | None] = [None] * brokers
 
     @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        """Every broker's address, dead or alive: clients try them in turn."""
+        return ",".join(self.address(i) for i in range(len(self.ports)))
+
+    def live_bootstrap(self) -> str:
+        return ",".join(self.address(i) for i in range(len(self.ports)) if self.running(i))
+
+    def address(self, node: int) -> str:
+        return f"127.0.0.1:{self.ports[node]}"
 
     @property
     def broker_pid(self) -> int:
-        return self.processes[-1].pid
+        """The first broker's process id (the only one's, in a one-broker cluster)."""
+        return self.pid(0)
+
+    def pid(self, node: int) -> int:
+        process = self.brokers[node]
+        assert process is not None
+        return process.pid
+
+    def log_path(self, node: int) -> Path:
+        return self.root / f"broker-{node}.log"
+
+    def running(self, node: int) -> bool:
+        process = self.brokers[node]
+        return process is not None and process.poll() is None
 
     def __enter__(self) -> LocalCluster:
         client, peer = free_port(), free_port()
+        self.etcd_url = f"http://127.0.0.1:{client}"
         with open(self.root / "etcd.log", "ab") as log:
             etcd = etcd_command(self.root / "etcd", client, peer)
-            self.processes.append(subprocess.Popen(etcd, stdout=log, stderr=log))
-        broker_log = self.root / "broker.log"
-        with open(broker_log, "ab") as out:
-            self.processes.append(
-                subprocess.Popen(
-                    [
-                        sys.executable,
-                        "-P",
-                        "-m",
-                        "shoal",
-                        "broker",
-                        f"--data-dir={self.root / 'broker'}",
-                        f"--listen={self.bootstrap}",
-                        f"--etcd=http://127.0.0.1:{client}",
-                    ],
-                    stdout=out,
-                    stderr=out,
-                    # One broker: the offsets topic cannot have three replicas.
-                    env={**os.environ, "SHOAL_OFFSETS_TOPIC_REPLICATION_FACTOR": "1"},
-                )
-            )
-        deadline = time.monotonic() + 60
-        while b"event=broker_ready" not in broker_log.read_bytes():
-            if time.monotonic() > deadline or self.processes[-1].poll() is not None:
-                raise RuntimeError(f"broker did not start:\n{broker_log.read_text()[-3000:]}")
-            time.sleep(0.1)
+            self.etcd = subprocess.Popen(etcd, stdout=log, stderr=log)
+        try:
+            offsets = [self._spawn(i) for i in range(len(self.ports))]
+            for node, offset in enumerate(offsets):
+                self._wait_ready(node, offset)
+        except BaseException:
+            self.__exit__()
+            raise
         return self
 
+    def start(self, node: int) -> None:
+        """Start broker ``node`` (again) and wait until its log says it is ready."""
+        self._wait_ready(node, self._spawn(node))
+
+    def kill(self, node: int) -> None:
+        """SIGKILL: no flush, no checkpoint, no controlled shutdown, no deregistration."""
+        process = self.brokers[node]
+        assert process is not None
+        process.kill()
+        process.wait(10)
+
+    def _spawn(self, node: int) -> int:
+        """Start broker ``node``; returns the size its log had, where this start's lines begin."""
+        log_path = self.log_path(node)
+        offset = log_path.stat().st_size if log_path.exists() else 0
+        with open(log_path, "ab") as out:
+            self.brokers[node] = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-P",
+                    "-m",
+                    "shoal",
+                    "broker",
+                    f"--node-id={node}",
+                    f"--data-dir={self.root / f'broker-{node}'}",
+                    f"--listen={self.address(node)}",
+                    f"--etcd={self.etcd_url}",
+                ],
+                stdout=out,
+                stderr=out,
+                env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env},
+            )
+        return offset
+
+    def _wait_ready(self, node: int, offset: int, timeout: float = 60) -> None:
+        log_path = self.log_path(node)
+        deadline = time.monotonic() + timeout
+        while True:
+            with open(log_path, "rb") as log:
+                log.seek(offset)
+                if b"event=broker_ready" in log.read():
+                    return
+            if time.monotonic() > deadline or not self.running(node):
+                tail = log_path.read_text(errors="replace")[-3000:]
+                raise RuntimeError(f"broker {node} did not start:\n{tail}")
+            time.sleep(0.1)
+
     def __exit__(self, *exc: object) -> None:
-        for process in reversed(self.processes):
+        running = [n for n in range(len(self.brokers)) if self.running(n)]
+        for node in running:
+            process = self.brokers[node]
+            assert process is not None
             process.terminate()
-            process.wait(30)
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        for node in running:
+            process = self.brokers[node]
+            assert process is not None
+            try:
+                process.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                print(
+                    f"note: broker {node} still running {STOP_TIMEOUT_S:.0f} s after SIGTERM;"
+                    f" killed (see {self.log_path(node)})",
+                    file=sys.stderr,
+                )
+                process.kill()
+                process.wait(10)
+        if self.etcd is not None:
+            self.etcd.terminate()
+            self.etcd.wait(30)
