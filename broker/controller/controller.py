@@ -142,7 +142,8 @@ class Controller:
                 return
             self._image_changed.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._image_changed.wait(), remaining)
+                async with asyncio.timeout(remaining):
+                    await self._image_changed.wait()
 
     def start(self) -> None:
         loop = asyncio.get_running_loop()

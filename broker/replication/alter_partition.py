@@ -21,7 +21,7 @@ from typing import Any, Final
 
 from shoal.broker.cluster.model import ClusterImage, NodeId, PartitionState
 from shoal.broker.partition import Partition
-from shoal.broker.replication.channel import ChannelError, KafkaChannel
+from shoal.broker.replication.channel import ChannelError, PeerLink
 
 from shoal.wire import ErrorCode, schema
 
@@ -52,8 +52,9 @@ class AlterPartitionSender:
         self.image = image
         self._queue: dict[TopicPartition, _Proposal] = {}
         self._wake = asyncio.Event()
-        self._channel: KafkaChannel | None = None
+        self._link = PeerLink(f"shoal-broker-{node_id}")
         self._task: asyncio.Task[None] | None = None
+        self._closed = False
 
     def submit(self, partition: Partition, state: PartitionState, reason: str) -> None:
         partition.pending_isr = state.isr
@@ -65,16 +66,16 @@ class AlterPartitionSender:
             self._task = asyncio.get_running_loop().create_task(self._run(), name="alter-partition")
 
     async def close(self) -> None:
+        self._closed = True
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
-        if self._channel is not None:
-            await self._channel.close()
+        await self._link.close()
 
     async def _run(self) -> None:
-        while True:
+        while not self._closed:
             await self._wake.wait()
             self._wake.clear()
             batch, self._queue = self._queue, {}
@@ -97,21 +98,7 @@ class AlterPartitionSender:
         broker = image.brokers.get(controller.node_id)
         if broker is None:
             raise ChannelError(f"controller {controller.node_id} is not registered")
-        channel = self._channel
-        if (
-            channel is None
-            or not channel.is_open
-            or (channel.host, channel.port)
-            != (
-                broker.host,
-                broker.port,
-            )
-        ):
-            if channel is not None:
-                await channel.close()
-            channel = KafkaChannel(broker.host, broker.port, f"shoal-broker-{self.node_id}")
-            await channel.open(_CONNECT_TIMEOUT_S)
-            self._channel = channel
+        channel = await self._link.to(broker.host, broker.port, _CONNECT_TIMEOUT_S)
         api = schema(ALTER_PARTITION, ALTER_PARTITION_VERSION)
         topics: dict[Any, list[Any]] = {}
         for proposal in proposals:

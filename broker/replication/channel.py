@@ -44,9 +44,8 @@ class KafkaChannel:
 
     async def open(self, timeout_s: float) -> None:
         try:
-            self._reader, self._writer = await asyncio.wait_for(
-                asyncio.open_connection(self.host, self.port), timeout_s
-            )
+            async with asyncio.timeout(timeout_s):
+                self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
         except (OSError, TimeoutError) as exc:
             raise ChannelError(f"cannot connect to {self.host}:{self.port}: {exc}") from exc
 
@@ -56,14 +55,17 @@ class KafkaChannel:
             raise ChannelError("channel is not open")
         self._correlation_id = (self._correlation_id + 1) & 0x7FFFFFFF
         correlation_id = self._correlation_id
+        # asyncio.timeout, not wait_for: on Python 3.11 wait_for can lose a
+        # cancellation that lands as the answer arrives, and a fetcher being
+        # stopped would then keep fetching.
         try:
-            self._writer.write(encode_request(api, correlation_id, self.client_id, body))
-            await asyncio.wait_for(self._writer.drain(), timeout_s)
-            size_bytes = await asyncio.wait_for(self._reader.readexactly(4), timeout_s)
-            (size,) = _SIZE.unpack(size_bytes)
-            if not 4 <= size <= MAX_RESPONSE_BYTES:
-                raise FrameSizeError(f"response frame of {size} bytes")
-            frame = await asyncio.wait_for(self._reader.readexactly(size), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                self._writer.write(encode_request(api, correlation_id, self.client_id, body))
+                await self._writer.drain()
+                (size,) = _SIZE.unpack(await self._reader.readexactly(4))
+                if not 4 <= size <= MAX_RESPONSE_BYTES:
+                    raise FrameSizeError(f"response frame of {size} bytes")
+                frame = await self._reader.readexactly(size)
             answered, response = decode_response(api, frame)
         except (
             OSError,
@@ -87,3 +89,28 @@ class KafkaChannel:
             # it closes a failed channel would otherwise retry forever.
             with contextlib.suppress(OSError):
                 await writer.wait_closed()
+
+
+class PeerLink:
+    """The channel to one peer role (a partition's leader, the controller) whose
+    address may change: reused while open at the same address, else replaced."""
+
+    def __init__(self, client_id: str) -> None:
+        self.client_id = client_id
+        self._channel: KafkaChannel | None = None
+
+    async def to(self, host: str, port: int, timeout_s: float) -> KafkaChannel:
+        channel = self._channel
+        if channel is not None and channel.is_open and (channel.host, channel.port) == (host, port):
+            return channel
+        if channel is not None:
+            await channel.close()
+        channel = KafkaChannel(host, port, self.client_id)
+        await channel.open(timeout_s)
+        self._channel = channel
+        return channel
+
+    async def close(self) -> None:
+        if self._channel is not None:
+            await self._channel.close()
+            self._channel = None

@@ -23,7 +23,7 @@ from typing import Any, Final
 from shoal.broker.cluster.model import NodeId
 from shoal.broker.log.log import LogError
 from shoal.broker.partition import Partition
-from shoal.broker.replication.channel import ChannelError, KafkaChannel
+from shoal.broker.replication.channel import ChannelError, KafkaChannel, PeerLink
 from shoal.broker.replication.truncation import truncation_offset
 
 from shoal.wire import ErrorCode, schema
@@ -67,8 +67,9 @@ class ReplicaFetcher:
         self.settings = settings
         self.followed: dict[TopicPartition, _Followed] = {}
         self._changed = asyncio.Event()
-        self._channel: KafkaChannel | None = None
+        self._link = PeerLink(f"shoal-replica-{settings.node_id}")
         self._task: asyncio.Task[None] | None = None
+        self._closed = False
 
     def add(self, partition: Partition) -> None:
         tp = (partition.topic, partition.index)
@@ -83,19 +84,21 @@ class ReplicaFetcher:
         self.followed.pop(tp, None)
 
     async def close(self) -> None:
+        self._closed = True
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
-        if self._channel is not None:
-            await self._channel.close()
+        await self._link.close()
 
     # -- the loop --------------------------------------------------------------
 
     async def _run(self) -> None:
         backoff = self.settings.backoff_ms / 1000
-        while True:
+        # The flag as well as the cancel: a stop must hold even if a
+        # cancellation is lost somewhere below.
+        while not self._closed:
             if not self.followed:
                 self._changed.clear()
                 await self._changed.wait()
@@ -115,15 +118,7 @@ class ReplicaFetcher:
         address = self.address_of(self.leader)
         if address is None:
             raise ChannelError(f"leader {self.leader} is not registered")
-        channel = self._channel
-        if channel is not None and channel.is_open and (channel.host, channel.port) == address:
-            return channel
-        if channel is not None:
-            await channel.close()
-        channel = KafkaChannel(*address, client_id=f"shoal-replica-{self.settings.node_id}")
-        await channel.open(_CONNECT_TIMEOUT_S)
-        self._channel = channel
-        return channel
+        return await self._link.to(*address, _CONNECT_TIMEOUT_S)
 
     def _due(self) -> dict[TopicPartition, _Followed]:
         now = asyncio.get_running_loop().time()
@@ -207,7 +202,8 @@ class ReplicaFetcher:
             # Everything is paused or still truncating: wait for either.
             self._changed.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), self.settings.backoff_ms / 1000)
+                async with asyncio.timeout(self.settings.backoff_ms / 1000):
+                    await self._changed.wait()
             return
         api = schema(1, FETCH_VERSION)
         settings = self.settings
