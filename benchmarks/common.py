@@ -9,6 +9,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
+
+from confluent_kafka import KafkaError, Producer
 
 from shoal.etcd_process import etcd_command
 
@@ -30,6 +33,41 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def produce_flat_out(
+    producer: Producer, topic: str, value: bytes, records: int
+) -> tuple[float, list[float]]:
+    """Produce ``records`` copies of ``value`` as fast as the client takes them.
+
+    Returns the seconds until the last acknowledgement and each record's
+    latency from produce() to its delivery report; RuntimeError if any
+    record failed or was still undelivered after two minutes.
+    """
+    latencies: list[float] = []
+    failures: list[str] = []
+
+    def delivered(err: KafkaError | None, _msg: Any, sent: float) -> None:
+        if err is not None:
+            failures.append(err.str())
+        else:
+            latencies.append(time.perf_counter() - sent)
+
+    started = time.perf_counter()
+    for _ in range(records):
+        sent = time.perf_counter()
+        while True:
+            try:
+                producer.produce(topic, value, on_delivery=lambda e, m, s=sent: delivered(e, m, s))
+                break
+            except BufferError:
+                producer.poll(0.001)
+        producer.poll(0)
+    remaining = producer.flush(120)
+    elapsed = time.perf_counter() - started
+    if failures or remaining:
+        raise RuntimeError(f"{len(failures)} failed, {remaining} undelivered: {failures[:3]}")
+    return elapsed, latencies
 
 
 def measure_limits(directory: Path) -> dict[str, float]:

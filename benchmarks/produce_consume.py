@@ -31,8 +31,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from common import HERE, LocalCluster, cpu_seconds, measure_limits
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+from common import HERE, LocalCluster, cpu_seconds, measure_limits, produce_flat_out
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 RECORD_SIZE = 1024
@@ -65,31 +65,7 @@ def produce(bootstrap: str, topic: str, records: int) -> tuple[float, list[float
             "queue.buffering.max.kbytes": 512 * 1024,
         }
     )
-    value = os.urandom(RECORD_SIZE)
-    latencies: list[float] = []
-    failures: list[str] = []
-
-    def delivered(err: KafkaError | None, _msg: Any, sent: float) -> None:
-        if err is not None:
-            failures.append(err.str())
-        else:
-            latencies.append(time.perf_counter() - sent)
-
-    started = time.perf_counter()
-    for _ in range(records):
-        sent = time.perf_counter()
-        while True:
-            try:
-                producer.produce(topic, value, on_delivery=lambda e, m, s=sent: delivered(e, m, s))
-                break
-            except BufferError:
-                producer.poll(0.001)
-        producer.poll(0)
-    producer.flush(120)
-    elapsed = time.perf_counter() - started
-    if failures:
-        raise RuntimeError(f"{len(failures)} deliveries failed: {failures[:3]}")
-    return elapsed, latencies
+    return produce_flat_out(producer, topic, os.urandom(RECORD_SIZE), records)
 
 
 def consume(bootstrap: str, topic: str, records: int) -> float:

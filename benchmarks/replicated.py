@@ -56,7 +56,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from common import HERE, LocalCluster, cpu_seconds, measure_limits
+from common import HERE, LocalCluster, cpu_seconds, measure_limits, produce_flat_out
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
@@ -173,15 +173,6 @@ def throughput_run(
     leaders = [leader for _, (leader, _) in sorted(topics.partitions(topic).items())]
     producer = Producer(producer_config(cluster.bootstrap))
     value = os.urandom(RECORD_SIZE)
-    latencies: list[float] = []
-    failures: list[str] = []
-
-    def delivered(err: KafkaError | None, _msg: Any, sent: float) -> None:
-        if err is not None:
-            failures.append(err.str())
-        else:
-            latencies.append(time.perf_counter() - sent)
-
     # One record first: librdkafka's idempotent producer waits about 500 ms for a
     # producer id when it starts, which would count against the first records.
     producer.produce(topic, value)
@@ -191,23 +182,10 @@ def throughput_run(
     assert cluster.etcd is not None
     cpu_before = [cpu_seconds(pid) for pid in pids]
     etcd_before, client_before = cpu_seconds(cluster.etcd.pid), time.process_time()
-    started = time.perf_counter()
-    for _ in range(records):
-        sent = time.perf_counter()
-        while True:
-            try:
-                producer.produce(topic, value, on_delivery=lambda e, m, s=sent: delivered(e, m, s))
-                break
-            except BufferError:
-                producer.poll(0.001)
-        producer.poll(0)
-    remaining = producer.flush(120)
-    elapsed = time.perf_counter() - started
+    elapsed, latencies = produce_flat_out(producer, topic, value, records)
     cpu_after = [cpu_seconds(pid) for pid in pids]
     etcd_cpu = (cpu_seconds(cluster.etcd.pid) - etcd_before) / elapsed
     client_cpu = (time.process_time() - client_before) / elapsed
-    if failures or remaining:
-        raise RuntimeError(f"{len(failures)} failed, {remaining} undelivered: {failures[:3]}")
     stored = high_watermarks(cluster.bootstrap, topic, partitions)
     if sum(stored) != records + 1:
         raise RuntimeError(f"produced {records} + 1 records, the topic holds {stored}")
