@@ -161,6 +161,7 @@ def test_sigterm_moves_leadership_before_the_broker_stops(cluster: Cluster) -> N
     victim = cluster.leader_of(topic, 0)
     producer = SteadyProducer(cluster.bootstrap, topic).start()
     wait_until(lambda: producer.acked_count() > 200, 30, "steady acknowledgements")
+    stopped_at = time.monotonic()
     assert cluster.brokers[victim].stop() == 0
     log = cluster.brokers[victim].log_text()
     assert "event=controlled_shutdown_complete" in log
@@ -169,6 +170,8 @@ def test_sigterm_moves_leadership_before_the_broker_stops(cluster: Cluster) -> N
     wait_until(lambda: producer.acked_count() > acked_before + 200, 30, "writes continue")
     producer.stop()
     assert not producer.errors
+    gap = failover_gap([a for a in producer.acked if a[1] == 0], stopped_at)
+    print(f"controlled shutdown of broker {victim}: acknowledgement gap {gap:.2f}s")
     cluster.restart(victim)
     cluster.wait_full_isr(topic)
 
