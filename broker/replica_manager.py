@@ -17,7 +17,6 @@ compare-and-swap, so they never overwrite an election.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Mapping
 from typing import Final
@@ -28,6 +27,7 @@ from shoal.broker.log.manager import LogManager
 from shoal.broker.partition import Partition
 from shoal.broker.replication.alter_partition import AlterPartitionSender
 from shoal.broker.replication.fetcher import FetcherSettings, ReplicaFetcherManager
+from shoal.broker.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -162,9 +162,6 @@ class ReplicaManager:
             self.shrink_isrs()
 
     async def close(self) -> None:
-        if self._shrinker is not None:
-            self._shrinker.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._shrinker
+        await cancel_and_wait(self._shrinker)
         await self.isr_changes.close()
         await self.fetchers.close()

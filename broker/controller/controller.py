@@ -40,6 +40,7 @@ from shoal.broker.controller.decisions import (
     elect_leaders,
     rebalance_preferred_leaders,
 )
+from shoal.broker.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -159,9 +160,7 @@ class Controller:
         lease = self.lease
         tasks, self._tasks = self._tasks, []
         for task in tasks:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel_and_wait(task)
         if lease is not None:
             await self.store.resign(lease)
 

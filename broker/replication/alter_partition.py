@@ -13,7 +13,6 @@ or lost proposal is dropped; the leader proposes again on its next check.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from typing import Any, Final
 from shoal.broker.cluster.model import ClusterImage, NodeId, PartitionState
 from shoal.broker.partition import Partition
 from shoal.broker.replication.channel import ChannelError, PeerLink
+from shoal.broker.tasks import cancel_and_wait
 
 from shoal.wire import ErrorCode, schema
 
@@ -67,11 +67,8 @@ class AlterPartitionSender:
 
     async def close(self) -> None:
         self._closed = True
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
         await self._link.close()
 
     async def _run(self) -> None:

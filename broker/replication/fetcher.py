@@ -25,6 +25,7 @@ from shoal.broker.log.log import LogError
 from shoal.broker.partition import Partition
 from shoal.broker.replication.channel import ChannelError, KafkaChannel, PeerLink
 from shoal.broker.replication.truncation import truncation_offset
+from shoal.broker.tasks import cancel_and_wait
 
 from shoal.wire import ErrorCode, schema
 
@@ -85,11 +86,8 @@ class ReplicaFetcher:
 
     async def close(self) -> None:
         self._closed = True
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
         await self._link.close()
 
     # -- the loop --------------------------------------------------------------
