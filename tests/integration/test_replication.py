@@ -299,6 +299,11 @@ def test_an_uncommitted_tail_of_a_dead_leader_is_cut_when_it_returns(cluster: Cl
     # acks=1 answers them, but no other replica ever copies them.
     for node in followers:
         cluster.brokers[node].pause()
+    # A fetch the followers sent before the pause may still be parked at the
+    # leader; it would carry the new records into their socket buffers. Parked
+    # fetches end after replica.fetch.wait.max.ms (500 ms); the frozen
+    # followers send no new ones. Their 3 s leases outlast all this.
+    time.sleep(0.8)
     try:
         lonely = Producer({"bootstrap.servers": cluster.brokers[old_leader].bootstrap, "acks": "1"})
         for i in range(20):
