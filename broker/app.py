@@ -34,6 +34,7 @@ from shoal.broker.cluster.model import BrokerRegistration, ClusterImage, NodeId,
 from shoal.broker.cluster.store import StoreUnavailableError
 from shoal.broker.config import BrokerConfig
 from shoal.broker.controller.controller import Controller, ControllerSettings
+from shoal.broker.controller.forwarding import ControllerForwarder
 from shoal.broker.coordinator.coordinator import GroupCoordinator
 from shoal.broker.handlers import API_VERSIONS, build_handlers
 from shoal.broker.handlers.base import BrokerServices
@@ -152,10 +153,12 @@ class Broker:
                 ProducerIdManager(store),
                 wall_clock_ms,
                 controller,
+                ControllerForwarder(self.node_id, lambda: cache.image),
             )
             try:
                 await self._serve(services, store, controller, stop)
             finally:
+                await services.forwarder.close()
                 await groups.close()
                 await replicas.close()
             following.cancel()

@@ -196,6 +196,13 @@ class TopicAdmin:
         except StoreUnavailableError as exc:
             raise AdminError("request_timed_out", str(exc)) from exc
         await self._settle(revision)
+        log.info(
+            "event=topic_created topic=%s topic_id=%s partitions=%d replication_factor=%d",
+            name,
+            record.topic_id,
+            record.partition_count,
+            record.replication_factor,
+        )
         return record
 
     def _placement(

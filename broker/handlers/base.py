@@ -19,6 +19,7 @@ from shoal.broker.cluster.cache import MetadataCache
 from shoal.broker.cluster.model import ClusterImage, NodeId, TopicImage, TopicName
 from shoal.broker.config import BrokerConfig
 from shoal.broker.controller.controller import Controller
+from shoal.broker.controller.forwarding import ControllerForwarder
 from shoal.broker.coordinator.coordinator import GroupCoordinator
 from shoal.broker.partition import NotLeaderError, Partition, UnknownPartitionError
 from shoal.broker.producer_ids import ProducerIdManager
@@ -66,6 +67,7 @@ class BrokerServices:
     producer_ids: ProducerIdManager
     clock: Callable[[], int]
     controller: Controller
+    forwarder: ControllerForwarder
 
     @property
     def image(self) -> ClusterImage:

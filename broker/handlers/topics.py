@@ -2,20 +2,68 @@
 
 Each topic in a request succeeds or fails on its own, with Kafka's error
 code and a message; a name that appears twice in one request fails both
-times with INVALID_REQUEST, as in Kafka.
+times with INVALID_REQUEST, as in Kafka. CreateTopics and CreatePartitions
+place replicas, so a broker that is not the controller forwards them to it
+(:mod:`shoal.broker.controller.forwarding`).
 """
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections import Counter
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Final
 
+from shoal.broker.cluster.model import ClusterImage, TopicName
+from shoal.broker.controller.forwarding import ForwardingError
 from shoal.broker.handlers.base import NO_THROTTLE, BrokerServices, E, RequestContext, error
 from shoal.broker.handlers.configs import topic_config_values
 from shoal.broker.topic_admin import AdminError
 
+log = logging.getLogger(__name__)
+
 ZERO_UUID = uuid.UUID(int=0)
+_SETTLE_S: Final = 10.0
+
+
+async def _via_controller(
+    services: BrokerServices,
+    ctx: RequestContext,
+    request: Any,
+    settled: Callable[[Any], Callable[[ClusterImage], bool]],
+) -> Any | None:
+    """The controller's answer, once this broker's image shows it; None to decide here."""
+    forwarder = services.forwarder
+    if forwarder.is_controller():
+        return None
+    try:
+        response = await forwarder.forward(ctx.api, request)
+    except ForwardingError as exc:
+        log.warning("event=admin_forward_failed api=%d error=%s", ctx.api.api_key, exc)
+        return None
+    if not request.validate_only:
+        await services.cache.wait_until(settled(response), _SETTLE_S)
+    return response
+
+
+def _topics_created(response: Any) -> Callable[[ClusterImage], bool]:
+    names = [t.name for t in response.topics if t.error_code is E.none]
+    return lambda image: all(TopicName(n) in image.topics for n in names)
+
+
+def _partitions_created(request: Any, response: Any) -> Callable[[ClusterImage], bool]:
+    ok = {r.name for r in response.results if r.error_code is E.none}
+    wanted = {t.name: t.count for t in request.topics if t.name in ok}
+
+    def settled(image: ClusterImage) -> bool:
+        for name, count in wanted.items():
+            topic = image.topics.get(TopicName(name))
+            if topic is None or topic.record.partition_count < count:
+                return False
+        return True
+
+    return settled
 
 
 def _duplicates(names: list[str]) -> set[str]:
@@ -23,6 +71,9 @@ def _duplicates(names: list[str]) -> set[str]:
 
 
 async def handle_create_topics(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
+    forwarded = await _via_controller(services, ctx, request, _topics_created)
+    if forwarded is not None:
+        return forwarded
     api = ctx.api
     duplicated = _duplicates([t.name for t in request.topics])
     results = []
@@ -117,6 +168,11 @@ async def handle_delete_topics(services: BrokerServices, ctx: RequestContext, re
 async def handle_create_partitions(
     services: BrokerServices, ctx: RequestContext, request: Any
 ) -> Any:
+    forwarded = await _via_controller(
+        services, ctx, request, lambda response: _partitions_created(request, response)
+    )
+    if forwarded is not None:
+        return forwarded
     api = ctx.api
     duplicated = _duplicates([t.name for t in request.topics])
     results = []

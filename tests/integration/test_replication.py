@@ -16,6 +16,7 @@ import uuid
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 from conftest import BrokerFactory
 from harness import wait_until
 from raw_kafka import RawConnection, request_class
@@ -346,3 +347,32 @@ def test_every_broker_stopped_at_once_exits_cleanly(cluster: Cluster) -> None:
         broker.process.send_signal(signal.SIGTERM)
     for broker in cluster.brokers.values():
         assert broker.process.wait(45) == 0, broker.log_tail()
+
+
+def test_a_broker_forwards_topic_creation_to_the_controller(cluster: Cluster) -> None:
+    """The controller places replicas, whichever broker a client asks."""
+    metadata = cluster.admin().list_topics(timeout=10)
+    controller = metadata.controller_id
+    other = next(n for n in cluster.brokers if n != controller)
+    create = request_class(19, 7)
+    module = sys.modules[create.__module__]
+    request = create(
+        topics=(
+            module.CreatableTopic(
+                name="forwarded", num_partitions=6, replication_factor=3, assignments=(), configs=()
+            ),
+        ),
+        timeout=datetime.timedelta(seconds=30),
+        validate_only=False,
+    )
+    with RawConnection(cluster.brokers[other].bootstrap) as conn:
+        response = conn.call(request)
+    assert response.topics[0].error_code.name == "none"
+    assert response.topics[0].num_partitions == 6
+    assert "event=topic_created topic=forwarded" in cluster.brokers[controller].log_text()
+    assert "event=topic_created topic=forwarded" not in cluster.brokers[other].log_text()
+    # The broker that was asked already knows the topic when it answers.
+    listed = AdminClient({"bootstrap.servers": cluster.brokers[other].bootstrap}).list_topics(
+        "forwarded", timeout=10
+    )
+    assert len(listed.topics["forwarded"].partitions) == 6
