@@ -31,9 +31,7 @@ import json
 import logging
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Final
-from urllib.parse import urlsplit
 
 import aetcd
 import aetcd.exceptions
@@ -57,34 +55,14 @@ from shoal.broker.cluster.store import (
     UnknownTopicError,
 )
 
+from shoal.etcd_address import EtcdAddress
+
 log = logging.getLogger(__name__)
 
-DEFAULT_ROOT: Final = "/shoal"
 _RETRY_S: Final = 1.0
 _CAS_ATTEMPTS: Final = 20
 _TXN_OPS: Final = 100
 """Partition changes per etcd transaction; etcd refuses more than 128 operations in one."""
-
-
-@dataclass(frozen=True, slots=True)
-class EtcdAddress:
-    host: str
-    port: int
-    root: str
-
-    @classmethod
-    def parse(cls, url: str) -> EtcdAddress:
-        """``http://host:port[/chroot]``; only the first of comma-separated endpoints is used."""
-        first = url.split(",", maxsplit=1)[0].strip()
-        if "://" not in first:
-            first = "http://" + first
-        parts = urlsplit(first)
-        if parts.scheme != "http":
-            raise ValueError(f"etcd URL {url!r}: only http:// is supported")
-        if not parts.hostname:
-            raise ValueError(f"etcd URL {url!r} has no host")
-        root = parts.path.rstrip("/") or DEFAULT_ROOT
-        return cls(parts.hostname, parts.port or 2379, root)
 
 
 class EtcdMetadataStore:
