@@ -1,0 +1,163 @@
+"""Tenants, API keys, ACL bindings and quotas: the typed records the store holds.
+
+Records are frozen dataclasses with a JSON form (what etcd stores). Names
+follow the rules the gateway relies on: a tenant's name prefixes its topics
+and groups on the brokers (``<tenant>.orders``), so it may not contain a dot.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any, Final
+
+_TENANT_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+WILDCARD: Final = "*"
+
+
+class TenancyError(ValueError):
+    """A request the tenancy rules refuse; the message says why."""
+
+
+def validate_tenant_name(name: str) -> str:
+    """Lower-case letters, digits and inner dashes, at most 63: a DNS label, so a
+    Tenant resource can carry it, and never a dot, which separates it from topic names."""
+    if not _TENANT_NAME.match(name):
+        raise TenancyError(
+            f"tenant name {name!r}: use 1-63 lower-case letters, digits and inner dashes"
+        )
+    return name
+
+
+class ResourceType(enum.IntEnum):
+    """Kafka's AclResourceType numbering."""
+
+    TOPIC = 2
+    GROUP = 3
+    CLUSTER = 4
+    TRANSACTIONAL_ID = 5
+
+
+class PatternType(enum.IntEnum):
+    """Kafka's PatternType numbering: LITERAL (a name, or ``*``) and PREFIXED."""
+
+    LITERAL = 3
+    PREFIXED = 4
+
+
+class Operation(enum.IntEnum):
+    """Kafka's AclOperation numbering."""
+
+    ALL = 2
+    READ = 3
+    WRITE = 4
+    CREATE = 5
+    DELETE = 6
+    ALTER = 7
+    DESCRIBE = 8
+    CLUSTER_ACTION = 9
+    DESCRIBE_CONFIGS = 10
+    ALTER_CONFIGS = 11
+    IDEMPOTENT_WRITE = 12
+
+
+class Permission(enum.IntEnum):
+    """Kafka's AclPermissionType numbering."""
+
+    DENY = 2
+    ALLOW = 3
+
+
+@dataclass(frozen=True, slots=True)
+class AclBinding:
+    """One rule of a tenant: ``principal`` (a key id, or ``*`` for every key of the
+    tenant) may or may not do ``operation`` on resources matching the pattern.
+
+    Resource names are the tenant's own (``orders``), never the brokers'
+    prefixed names: a binding cannot reach outside its tenant.
+    """
+
+    tenant: str
+    principal: str
+    resource_type: ResourceType
+    pattern_type: PatternType
+    resource_name: str
+    operation: Operation
+    permission: Permission = Permission.ALLOW
+
+    def __post_init__(self) -> None:
+        # An empty PREFIXED name would match everything: Kafka refuses it too.
+        if not self.resource_name:
+            raise TenancyError("an ACL binding needs a resource name (or * for all)")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "tenant": self.tenant,
+            "principal": self.principal,
+            "resource_type": self.resource_type.name,
+            "pattern_type": self.pattern_type.name,
+            "resource_name": self.resource_name,
+            "operation": self.operation.name,
+            "permission": self.permission.name,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> AclBinding:
+        return cls(
+            data["tenant"],
+            data["principal"],
+            ResourceType[data["resource_type"]],
+            PatternType[data["pattern_type"]],
+            data["resource_name"],
+            Operation[data["operation"]],
+            Permission[data["permission"]],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Quotas:
+    """A tenant's limits; None is unlimited."""
+
+    producer_byte_rate: float | None = None
+    consumer_byte_rate: float | None = None
+    max_partitions: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Tenant:
+    name: str
+    created_ms: int
+    quotas: Quotas = field(default_factory=Quotas)
+
+    def to_json(self) -> bytes:
+        return json.dumps(asdict(self)).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> Tenant:
+        data = json.loads(raw)
+        return cls(data["name"], data["created_ms"], Quotas(**data.get("quotas", {})))
+
+
+@dataclass(frozen=True, slots=True)
+class ApiKey:
+    """An API key: its id (the SASL username) and only a slow hash of its secret."""
+
+    key_id: str
+    tenant: str
+    secret_hash: str
+    created_ms: int
+    description: str = ""
+    revoked_ms: int | None = None
+
+    @property
+    def revoked(self) -> bool:
+        return self.revoked_ms is not None
+
+    def to_json(self) -> bytes:
+        return json.dumps(asdict(self)).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> ApiKey:
+        return cls(**json.loads(raw))

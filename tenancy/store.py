@@ -1,0 +1,182 @@
+"""Tenancy records in etcd, next to the cluster's own keys (same chroot).
+
+Key layout::
+
+    <root>/tenancy/tenants/<tenant>             Tenant JSON (quotas included)
+    <root>/tenancy/keys/<key id>                ApiKey JSON (hash only)
+    <root>/tenancy/acls/<tenant>/<binding id>   AclBinding JSON
+
+A binding's id is a hash of its contents, so adding the same binding twice
+stores it once. Creating a tenant is create-if-absent; deleting one removes
+its keys and bindings in the same transaction.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+import aetcd
+import aetcd.exceptions
+from shoal.tenancy.model import AclBinding, ApiKey, Quotas, TenancyError, Tenant
+
+from shoal.etcd_address import EtcdAddress
+
+
+class TenancyStoreError(Exception):
+    """etcd could not be reached or refused the request."""
+
+
+def binding_id(binding: AclBinding) -> str:
+    return hashlib.sha256(json.dumps(binding.to_dict(), sort_keys=True).encode()).hexdigest()[:24]
+
+
+def _prefix_end(prefix: bytes) -> bytes:
+    return prefix[:-1] + bytes([prefix[-1] + 1])
+
+
+class TenancyStore:
+    def __init__(self, url: str, timeout_s: float = 5.0) -> None:
+        self.address = EtcdAddress.parse(url)
+        self._root = self.address.root.encode() + b"/tenancy"
+        self._client = aetcd.Client(
+            host=self.address.host, port=self.address.port, timeout=timeout_s
+        )
+
+    async def __aenter__(self) -> TenancyStore:
+        try:
+            await self._client.connect()
+        except aetcd.exceptions.ClientError as exc:
+            raise TenancyStoreError(self._unreachable(exc)) from exc
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._client.close()
+
+    def _unreachable(self, exc: Exception) -> str:
+        return f"etcd at {self.address.host}:{self.address.port} is unreachable: {exc}"
+
+    def _key(self, *parts: str) -> bytes:
+        return b"/".join([self._root, *(p.encode() for p in parts)])
+
+    async def _call(self, coro: Any) -> Any:
+        try:
+            return await coro
+        except aetcd.exceptions.ClientError as exc:
+            raise TenancyStoreError(self._unreachable(exc)) from exc
+
+    async def _values(self, prefix: bytes) -> list[bytes]:
+        found = await self._call(self._client.get_prefix(prefix + b"/"))
+        return [bytes(kv.value) for kv in found]
+
+    # -- tenants ---------------------------------------------------------------
+
+    async def create_tenant(self, tenant: Tenant) -> None:
+        key = self._key("tenants", tenant.name)
+        t = self._client.transactions
+        ok, _ = await self._call(
+            self._client.transaction(
+                compare=[t.version(key) == 0], success=[t.put(key, tenant.to_json())], failure=[]
+            )
+        )
+        if not ok:
+            raise TenancyError(f"tenant {tenant.name!r} already exists")
+
+    async def get_tenant(self, name: str) -> Tenant | None:
+        found = await self._call(self._client.get(self._key("tenants", name)))
+        return None if found is None else Tenant.from_json(found.value)
+
+    async def require_tenant(self, name: str) -> Tenant:
+        tenant = await self.get_tenant(name)
+        if tenant is None:
+            raise TenancyError(f"tenant {name!r} does not exist")
+        return tenant
+
+    async def list_tenants(self) -> list[Tenant]:
+        return sorted(
+            (Tenant.from_json(v) for v in await self._values(self._key("tenants"))),
+            key=lambda t: t.name,
+        )
+
+    async def set_quotas(self, name: str, quotas: Quotas) -> Tenant:
+        tenant = replace(await self.require_tenant(name), quotas=quotas)
+        await self._call(self._client.put(self._key("tenants", name), tenant.to_json()))
+        return tenant
+
+    async def delete_tenant(self, name: str) -> list[ApiKey]:
+        """Delete the tenant, its keys and its bindings; returns the keys it had."""
+        await self.require_tenant(name)
+        keys = await self.list_keys(name)
+        t = self._client.transactions
+        acls = self._key("acls", name) + b"/"
+        ops = [
+            t.delete(self._key("tenants", name)),
+            t.delete(acls, range_end=_prefix_end(acls)),
+            *(t.delete(self._key("keys", k.key_id)) for k in keys),
+        ]
+        await self._call(self._client.transaction(compare=[], success=ops, failure=[]))
+        return keys
+
+    # -- keys ------------------------------------------------------------------
+
+    async def add_key(self, key: ApiKey, bindings: Sequence[AclBinding]) -> None:
+        """Store a new key and its bindings together, if its tenant exists."""
+        t = self._client.transactions
+        tenant_key = self._key("tenants", key.tenant)
+        ops = [t.put(self._key("keys", key.key_id), key.to_json())]
+        ops += [
+            t.put(self._key("acls", b.tenant, binding_id(b)), json.dumps(b.to_dict()).encode())
+            for b in bindings
+        ]
+        ok, _ = await self._call(
+            self._client.transaction(compare=[t.version(tenant_key) > 0], success=ops, failure=[])
+        )
+        if not ok:
+            raise TenancyError(f"tenant {key.tenant!r} does not exist")
+
+    async def get_key(self, key_id: str) -> ApiKey | None:
+        found = await self._call(self._client.get(self._key("keys", key_id)))
+        return None if found is None else ApiKey.from_json(found.value)
+
+    async def list_keys(self, tenant: str | None = None) -> list[ApiKey]:
+        keys = [ApiKey.from_json(v) for v in await self._values(self._key("keys"))]
+        return sorted(
+            (k for k in keys if tenant is None or k.tenant == tenant),
+            key=lambda k: (k.tenant, k.created_ms, k.key_id),
+        )
+
+    async def revoke_key(self, key_id: str, now_ms: int) -> ApiKey:
+        key = await self.get_key(key_id)
+        if key is None:
+            raise TenancyError(f"key {key_id!r} does not exist")
+        if key.revoked:
+            return key
+        revoked = replace(key, revoked_ms=now_ms)
+        await self._call(self._client.put(self._key("keys", key_id), revoked.to_json()))
+        return revoked
+
+    # -- ACL bindings ------------------------------------------------------------
+
+    async def add_binding(self, binding: AclBinding) -> None:
+        await self.require_tenant(binding.tenant)
+        await self._call(
+            self._client.put(
+                self._key("acls", binding.tenant, binding_id(binding)),
+                json.dumps(binding.to_dict()).encode(),
+            )
+        )
+
+    async def remove_binding(self, binding: AclBinding) -> bool:
+        deleted = await self._call(
+            self._client.delete(self._key("acls", binding.tenant, binding_id(binding)))
+        )
+        return bool(deleted)
+
+    async def list_bindings(self, tenant: str) -> list[AclBinding]:
+        return [
+            AclBinding.from_dict(json.loads(v))
+            for v in await self._values(self._key("acls", tenant))
+        ]
