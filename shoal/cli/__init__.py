@@ -2,7 +2,8 @@
 
 ``shoal broker`` runs a broker (a container's entry point); ``shoal dev``
 runs a local cluster; ``shoal topic``, ``shoal produce`` and ``shoal
-consume`` are a Kafka client for people. Every flag also reads a
+consume`` are a Kafka client for people; ``shoal tenant``, ``key``, ``acl``
+and ``quota`` manage tenants in etcd. Every flag also reads a
 ``SHOAL_*`` environment variable, named in ``--help``.
 """
 
@@ -14,6 +15,7 @@ from shoal.cli.broker import broker
 from shoal.cli.dev import dev
 from shoal.cli.group import group_app
 from shoal.cli.records import consume, produce
+from shoal.cli.tenancy import acl_app, key_app, quota_app, tenant_app
 from shoal.cli.topic import topic_app
 
 app = typer.Typer(
@@ -29,6 +31,10 @@ app.command()(produce)
 app.command()(consume)
 app.add_typer(topic_app, name="topic")
 app.add_typer(group_app, name="group")
+app.add_typer(tenant_app, name="tenant")
+app.add_typer(key_app, name="key")
+app.add_typer(acl_app, name="acl")
+app.add_typer(quota_app, name="quota")
 
 
 def main() -> None:
