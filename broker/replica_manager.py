@@ -140,16 +140,13 @@ class ReplicaManager:
         partition.record_follower_fetch(node, fetch_offset)
         expanded = partition.isr_expansion()
         if expanded is not None:
-            self._propose(partition, expanded, "isr_expand")
+            self.isr_changes.submit(partition, expanded, "isr_expand")
 
     def shrink_isrs(self) -> None:
         for partition in list(self.partitions.values()):
             shrunk = partition.isr_shrink(self.replica_lag_time_max_ms)
             if shrunk is not None:
-                self._propose(partition, shrunk, "isr_shrink")
-
-    def _propose(self, partition: Partition, state: PartitionState, event: str) -> None:
-        self.isr_changes.submit(partition, state, event)
+                self.isr_changes.submit(partition, shrunk, "isr_shrink")
 
     def start(self) -> None:
         self._shrinker = asyncio.get_running_loop().create_task(

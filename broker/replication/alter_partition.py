@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -158,7 +158,7 @@ class AlterPartitionSender:
         self._drop(p for tp, p in batch.items() if tp not in answered)
 
     @staticmethod
-    def _drop(proposals: Any) -> None:
+    def _drop(proposals: Iterable[_Proposal]) -> None:
         for proposal in proposals:
             if proposal.partition.pending_isr == proposal.state.isr:
                 proposal.partition.pending_isr = None
