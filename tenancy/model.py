@@ -150,6 +150,8 @@ class ApiKey:
     created_ms: int
     description: str = ""
     revoked_ms: int | None = None
+    platform_admin: bool = False
+    """May use the platform's client-quota APIs (every tenant's quotas)."""
 
     @property
     def revoked(self) -> bool:

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
-from dataclasses import replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import aetcd
@@ -24,6 +24,16 @@ import aetcd.exceptions
 from shoal.tenancy.model import AclBinding, ApiKey, Quotas, TenancyError, Tenant
 
 from shoal.etcd_address import EtcdAddress
+
+
+@dataclass(frozen=True, slots=True)
+class TenancySnapshot:
+    """Every tenancy record at one etcd revision: what the gateway serves from."""
+
+    revision: int
+    tenants: Mapping[str, Tenant]
+    keys: Mapping[str, ApiKey]
+    bindings: Mapping[str, tuple[AclBinding, ...]]
 
 
 class TenancyStoreError(Exception):
@@ -71,6 +81,27 @@ class TenancyStore:
     async def _values(self, prefix: bytes) -> list[bytes]:
         found = await self._call(self._client.get_prefix(prefix + b"/"))
         return [bytes(kv.value) for kv in found]
+
+    async def snapshot(self) -> TenancySnapshot:
+        """All records in one read (one revision), so they agree with each other."""
+        prefix = self._root + b"/"
+        found = await self._call(self._client.get_prefix(prefix))
+        revision = int(found.header.revision)
+        tenants: dict[str, Tenant] = {}
+        keys: dict[str, ApiKey] = {}
+        bindings: dict[str, list[AclBinding]] = {}
+        for kv in found:
+            kind, _, _ = bytes(kv.key)[len(prefix) :].partition(b"/")
+            if kind == b"tenants":
+                tenant = Tenant.from_json(kv.value)
+                tenants[tenant.name] = tenant
+            elif kind == b"keys":
+                key = ApiKey.from_json(kv.value)
+                keys[key.key_id] = key
+            elif kind == b"acls":
+                binding = AclBinding.from_dict(json.loads(kv.value))
+                bindings.setdefault(binding.tenant, []).append(binding)
+        return TenancySnapshot(revision, tenants, keys, {t: tuple(b) for t, b in bindings.items()})
 
     # -- tenants ---------------------------------------------------------------
 
