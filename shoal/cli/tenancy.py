@@ -93,6 +93,7 @@ def _key_data(key: ApiKey) -> dict[str, Any]:
         "description": key.description,
         "created_ms": key.created_ms,
         "revoked": key.revoked,
+        "platform_admin": key.platform_admin,
     }
 
 
@@ -206,11 +207,20 @@ def key_create(
         bool,
         typer.Option("--no-acls", help="No bindings at all: grant them with `shoal acl add`."),
     ] = False,
+    platform_admin: Annotated[
+        bool,
+        typer.Option(
+            "--platform-admin",
+            help="May also read and set every tenant's quotas with Kafka's client-quota APIs.",
+        ),
+    ] = False,
     output: OutputOption = "table",
 ) -> None:
     """Create an API key. Its secret is shown now and never again."""
     key_id, secret = new_key_id(), new_secret()
-    key = ApiKey(key_id, tenant, hash_secret(secret), _now_ms(), description)
+    key = ApiKey(
+        key_id, tenant, hash_secret(secret), _now_ms(), description, platform_admin=platform_admin
+    )
     if no_acls:
         bindings: list[AclBinding] = []
     elif read_only:
