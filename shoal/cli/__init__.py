@@ -1,7 +1,7 @@
 """The ``shoal`` command: one entry point for every component and for humans.
 
-``shoal broker`` runs a broker (a container's entry point); ``shoal dev``
-runs a local cluster; ``shoal topic``, ``shoal produce`` and ``shoal
+``shoal broker`` and ``shoal gateway`` run one component each (container
+entry points); ``shoal dev`` runs a local cluster; ``shoal topic``, ``shoal produce`` and ``shoal
 consume`` are a Kafka client for people; ``shoal tenant``, ``key``, ``acl``
 and ``quota`` manage tenants in etcd. Every flag also reads a
 ``SHOAL_*`` environment variable, named in ``--help``.
@@ -13,6 +13,7 @@ import typer
 
 from shoal.cli.broker import broker
 from shoal.cli.dev import dev
+from shoal.cli.gateway import gateway
 from shoal.cli.group import group_app
 from shoal.cli.records import consume, produce
 from shoal.cli.tenancy import acl_app, key_app, quota_app, tenant_app
@@ -27,6 +28,7 @@ app = typer.Typer(
 )
 app.command()(broker)
 app.command()(dev)
+app.command()(gateway)
 app.command()(produce)
 app.command()(consume)
 app.add_typer(topic_app, name="topic")

@@ -1,0 +1,62 @@
+"""Every Kafka API the gateway understands, with the versions it can rewrite.
+
+An API missing here is refused (the connection is closed), never passed
+through blind: the gateway cannot know which names such a request carries.
+The versions a client is offered are these ranges intersected with what the
+brokers answer (:mod:`shoal.gateway.server`); the APIs in
+:data:`GATEWAY_ONLY` are answered by the gateway itself and need no broker.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from shoal.gateway.apis import client_quotas, cluster, groups, records, topics, transactions
+from shoal.gateway.apis.base import Rewriter
+
+API_VERSIONS: Final = 18
+SASL_HANDSHAKE: Final = 17
+SASL_AUTHENTICATE: Final = 36
+DESCRIBE_CLIENT_QUOTAS: Final = 48
+ALTER_CLIENT_QUOTAS: Final = 49
+
+REWRITERS: Final[dict[int, tuple[tuple[int, int], Rewriter]]] = {
+    0: ((3, 11), records.produce),
+    1: ((4, 16), records.fetch),
+    2: ((1, 8), records.list_offsets),
+    3: ((0, 12), cluster.metadata),
+    8: ((2, 9), groups.offset_commit),
+    9: ((1, 9), groups.offset_fetch),
+    10: ((0, 4), cluster.find_coordinator),
+    11: ((2, 9), groups.membership),
+    12: ((0, 4), groups.membership),
+    13: ((0, 5), groups.membership),
+    14: ((0, 5), groups.membership),
+    15: ((0, 5), groups.describe_groups),
+    16: ((0, 5), groups.list_groups),
+    19: ((2, 7), topics.create_topics),
+    20: ((1, 6), topics.delete_topics),
+    22: ((0, 5), transactions.init_producer_id),
+    23: ((2, 4), records.offset_for_leader_epoch),
+    24: ((0, 3), transactions.add_partitions_to_txn),
+    25: ((0, 3), transactions.add_offsets_to_txn),
+    26: ((0, 3), transactions.end_txn),
+    28: ((0, 3), groups.txn_offset_commit),
+    32: ((1, 4), topics.describe_configs),
+    37: ((0, 3), topics.create_partitions),
+    42: ((0, 2), groups.delete_groups),
+    44: ((0, 1), topics.incremental_alter_configs),
+    47: ((0, 0), groups.offset_delete),
+    60: ((0, 1), cluster.describe_cluster),
+    DESCRIBE_CLIENT_QUOTAS: ((0, 1), client_quotas.describe_client_quotas),
+    ALTER_CLIENT_QUOTAS: ((0, 1), client_quotas.alter_client_quotas),
+}
+
+GATEWAY_ONLY: Final[dict[int, tuple[int, int]]] = {
+    API_VERSIONS: (0, 4),
+    SASL_HANDSHAKE: (0, 1),
+    SASL_AUTHENTICATE: (0, 2),
+    DESCRIBE_CLIENT_QUOTAS: (0, 1),
+    ALTER_CLIENT_QUOTAS: (0, 1),
+}
+"""APIs the gateway answers alone; their versions are not intersected with the brokers'."""

@@ -1,0 +1,146 @@
+"""What an API rewriter is given and what it decides.
+
+A rewriter is ``async def rewrite(ctx, request) -> Forward | Answer``. It reads
+kio's request entity for the client's version, checks each resource against
+``ctx.access``, maps names into the tenant's namespace, and either forwards a
+rewritten request (with ``finish`` to map the broker's response back and put
+the refused slots in) or answers on its own. It never touches a socket: the
+few things it must look up (a topic id's name, the tenant's partition count)
+come through ``ctx.lookups``, so rewriters are unit-tested with a stub.
+
+A request that cannot be served at all (another broker's internal API, say)
+raises :class:`RefusedRequestError`, and the session closes the connection, as
+Kafka closes it for requests it will not serve.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, Final, Protocol
+
+from shoal.gateway.access import TenantAccess
+from shoal.gateway.namespace import Namespace
+from shoal.tenancy.model import Quotas
+
+from shoal.wire import ApiSchema, ErrorCode
+
+E = ErrorCode
+NO_THROTTLE: Final = timedelta(0)
+NOT_REQUESTED: Final = -(2**31)
+"""Kafka's "authorized operations were not asked for" value."""
+
+
+class RefusedRequestError(Exception):
+    """The request is not one a tenant may send; the connection is closed."""
+
+
+class Lookups(Protocol):
+    """What rewriters ask of the gateway beyond the request itself."""
+
+    async def topic_name(self, topic_id: uuid.UUID) -> str | None:
+        """The brokers' name of a topic id, asking the brokers once if it is new."""
+        ...
+
+    async def topic_partitions(self) -> Mapping[str, int]:
+        """Partition counts of every topic on the brokers (brokers' names), fresh."""
+        ...
+
+    async def created_partitions(self, request: Any, version: int) -> Mapping[str, int]:
+        """How many partitions a CreateTopics request would create per topic
+        (brokers' names), asked of the brokers with validate_only."""
+        ...
+
+    def remember_topic_ids(self, ids: Mapping[uuid.UUID, str]) -> None: ...
+
+    def gateway_address(self, node_id: int) -> tuple[str, int] | None:
+        """Where a client reaches broker ``node_id`` through this gateway listener."""
+        ...
+
+
+class ClientQuotaStore(Protocol):
+    """The platform admin's view of every tenant's quotas (DescribeClientQuotas)."""
+
+    async def all_quotas(self) -> Mapping[str, Quotas]: ...
+
+    async def set_quotas(self, tenant: str, quotas: Quotas) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class RequestContext:
+    access: TenantAccess
+    api: ApiSchema
+    lookups: Lookups
+    quota_store: ClientQuotaStore
+    fetch_cap: int | None = None
+    """Largest fetch response the tenant's consume quota allows, or None."""
+
+    @property
+    def version(self) -> int:
+        return self.api.version
+
+    @property
+    def ns(self) -> Namespace:
+        return self.access.namespace
+
+
+def _identity(response: Any) -> Any:
+    return response
+
+
+@dataclass(frozen=True, slots=True)
+class Forward:
+    """Send ``request`` to the broker; map its response with ``finish``."""
+
+    request: Any
+    finish: Callable[[Any], Any] = field(default=_identity)
+    expects_response: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """Answer the client without the broker."""
+
+    response: Any
+
+
+Step = Forward | Answer
+Rewriter = Callable[[RequestContext, Any], Awaitable[Step]]
+
+
+def replace(entity: Any, **changes: Any) -> Any:
+    return dataclasses.replace(entity, **changes)
+
+
+def has_field(entity: Any, name: str) -> bool:
+    return any(f.name == name for f in dataclasses.fields(entity))
+
+
+def topic_field(entity: Any) -> str:
+    """Kafka names the topic field ``name`` in most APIs and ``topic`` in some."""
+    return "topic" if has_field(entity, "topic") else "name"
+
+
+def rename_topics(entities: Any, ns: Namespace) -> tuple[Any, ...]:
+    """Map the topic names of a response's entries outward.
+
+    Requests only ever name the tenant's topics, so every entry should be the
+    tenant's; one that is not is dropped rather than shown.
+    """
+    out = []
+    for entity in entities:
+        key = topic_field(entity)
+        broker_name = getattr(entity, key)
+        name = ns.outward(broker_name)
+        if name is None:
+            continue
+        changes = {key: name}
+        message = getattr(entity, "error_message", None)
+        if message and broker_name in message:
+            # "Topic 'acme.orders' already exists": the tenant knows it as 'orders'.
+            changes["error_message"] = message.replace(broker_name, name)
+        out.append(replace(entity, **changes))
+    return tuple(out)

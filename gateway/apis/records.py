@@ -1,0 +1,247 @@
+"""Produce, Fetch, ListOffsets and OffsetForLeaderEpoch: the data path.
+
+Record batches pass through as the client wrote them and as the broker
+stored them; only topic names (and, for Fetch v13+, topic ids) are checked
+and mapped. A topic the key may not use keeps its slot in the response with
+TOPIC_AUTHORIZATION_FAILED, and the rest of the request goes on to the broker.
+A topic id that is not one of the tenant's topics gets UNKNOWN_TOPIC_ID, the
+same answer as an id that does not exist, so ids reveal nothing.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, Final
+
+from shoal.gateway.apis.base import (
+    NO_THROTTLE,
+    Answer,
+    E,
+    Forward,
+    RefusedRequestError,
+    RequestContext,
+    Step,
+    rename_topics,
+    replace,
+)
+from shoal.tenancy.model import Operation
+
+CONSUMER_REPLICA_ID: Final = -1
+"""Only consumers fetch through the gateway; replica fetches are the brokers' own."""
+_ZERO_UUID: Final = uuid.UUID(int=0)
+
+
+async def produce(ctx: RequestContext, request: Any) -> Step:
+    api, ns, access = ctx.api, ctx.ns, ctx.access
+    txn = request.transactional_id
+    txn_denied = txn is not None and not access.may_transaction(txn, Operation.WRITE)
+    forwarded, refused = [], []
+    for topic in request.topic_data:
+        if txn_denied:
+            refused.append((topic, E.transactional_id_authorization_failed))
+        elif not topic.name or not access.may_topic(topic.name, Operation.WRITE):
+            refused.append((topic, E.topic_authorization_failed))
+        else:
+            forwarded.append(replace(topic, name=ns.inward(topic.name)))
+    refusals = tuple(
+        api.make(
+            "TopicProduceResponse",
+            name=topic.name,
+            partition_responses=tuple(
+                api.make(
+                    "PartitionProduceResponse",
+                    index=part.index,
+                    error_code=code,
+                    base_offset=-1,
+                    log_append_time=-1,
+                    log_start_offset=-1,
+                    record_errors=(),
+                    error_message=None,
+                )
+                for part in topic.partition_data
+            ),
+        )
+        for topic, code in refused
+    )
+    if request.acks == 0:
+        if refused:
+            raise RefusedRequestError("acks=0 produce to a topic the key may not write")
+        return Forward(replace(request, topic_data=tuple(forwarded)), expects_response=False)
+    if not forwarded:
+        return Answer(api.response(responses=refusals, throttle_time=NO_THROTTLE))
+    rewritten = replace(
+        request,
+        transactional_id=None if txn is None else ns.inward(txn),
+        topic_data=tuple(forwarded),
+    )
+
+    def finish(response: Any) -> Any:
+        return replace(response, responses=rename_topics(response.responses, ns) + refusals)
+
+    return Forward(rewritten, finish)
+
+
+def _check_replica(request: Any) -> None:
+    state = getattr(request, "replica_state", None)
+    replica = state.replica_id if state is not None else getattr(request, "replica_id", -1)
+    if replica != CONSUMER_REPLICA_ID:
+        raise RefusedRequestError(f"replica fetches (replica id {replica}) are internal")
+
+
+async def fetch(ctx: RequestContext, request: Any) -> Step:
+    api, ns = ctx.api, ctx.ns
+    _check_replica(request)
+    by_id = ctx.version >= 13
+    forwarded, refused = [], []
+    for topic in request.topics:
+        code = await _fetchable(ctx, topic, by_id)
+        if code is None:
+            forwarded.append(topic if by_id else replace(topic, topic=ns.inward(topic.topic)))
+        else:
+            refused.append((topic, code))
+    forgotten = [
+        topic if by_id else replace(topic, topic=ns.inward(topic.topic))
+        for topic in getattr(request, "forgotten_topics_data", None) or ()
+        if await _fetchable(ctx, topic, by_id) is None
+    ]
+    refusals = tuple(
+        api.make(
+            "FetchableTopicResponse",
+            topic=getattr(topic, "topic", None),
+            topic_id=getattr(topic, "topic_id", None),
+            partitions=tuple(
+                api.make(
+                    "PartitionData",
+                    partition_index=part.partition,
+                    error_code=code,
+                    high_watermark=-1,
+                    last_stable_offset=-1,
+                    log_start_offset=-1,
+                    aborted_transactions=None,
+                    preferred_read_replica=-1,
+                    records=None,
+                )
+                for part in topic.partitions
+            ),
+        )
+        for topic, code in refused
+    )
+    changes: dict[str, Any] = {"topics": tuple(forwarded)}
+    if hasattr(request, "forgotten_topics_data"):
+        changes["forgotten_topics_data"] = tuple(forgotten)
+    if ctx.fetch_cap is not None:
+        # One response may not be larger than the consume quota allows (the
+        # broker still returns a first batch that is larger, so nothing stalls).
+        changes["max_bytes"] = min(request.max_bytes, ctx.fetch_cap)
+        changes["topics"] = tuple(
+            replace(
+                topic,
+                partitions=tuple(
+                    replace(p, partition_max_bytes=min(p.partition_max_bytes, ctx.fetch_cap))
+                    for p in topic.partitions
+                ),
+            )
+            for topic in changes["topics"]
+        )
+    if not forwarded and refused:
+        return Answer(
+            api.response(
+                throttle_time=NO_THROTTLE, error_code=E.none, session_id=0, responses=refusals
+            )
+        )
+
+    def finish(response: Any) -> Any:
+        mine = response.responses if by_id else rename_topics(response.responses, ns)
+        return replace(response, responses=mine + refusals)
+
+    return Forward(replace(request, **changes), finish)
+
+
+async def _fetchable(ctx: RequestContext, topic: Any, by_id: bool) -> E | None:
+    """None if the key may read the topic; otherwise the error for its slot."""
+    if by_id:
+        topic_id = topic.topic_id
+        broker_name = (
+            None if topic_id in (None, _ZERO_UUID) else await ctx.lookups.topic_name(topic_id)
+        )
+        name = ctx.ns.outward(broker_name)
+        if name is None:
+            return E.unknown_topic_id
+    else:
+        name = topic.topic
+    if not name or not ctx.access.may_topic(name, Operation.READ):
+        return E.topic_authorization_failed
+    return None
+
+
+async def list_offsets(ctx: RequestContext, request: Any) -> Step:
+    api, ns = ctx.api, ctx.ns
+    if request.replica_id not in (CONSUMER_REPLICA_ID, -2):
+        raise RefusedRequestError(f"ListOffsets for replica {request.replica_id} is internal")
+    forwarded, refused = [], []
+    for topic in request.topics:
+        if topic.name and ctx.access.may_topic(topic.name, Operation.DESCRIBE):
+            forwarded.append(replace(topic, name=ns.inward(topic.name)))
+        else:
+            refused.append(topic)
+    refusals = tuple(
+        api.make(
+            "ListOffsetsTopicResponse",
+            name=topic.name,
+            partitions=tuple(
+                api.make(
+                    "ListOffsetsPartitionResponse",
+                    partition_index=part.partition_index,
+                    error_code=E.topic_authorization_failed,
+                    timestamp=-1,
+                    offset=-1,
+                    leader_epoch=-1,
+                )
+                for part in topic.partitions
+            ),
+        )
+        for topic in refused
+    )
+    if not forwarded:
+        return Answer(api.response(throttle_time=NO_THROTTLE, topics=refusals))
+
+    def finish(response: Any) -> Any:
+        return replace(response, topics=rename_topics(response.topics, ns) + refusals)
+
+    return Forward(replace(request, topics=tuple(forwarded)), finish)
+
+
+async def offset_for_leader_epoch(ctx: RequestContext, request: Any) -> Step:
+    api, ns = ctx.api, ctx.ns
+    if getattr(request, "replica_id", CONSUMER_REPLICA_ID) != CONSUMER_REPLICA_ID:
+        raise RefusedRequestError("OffsetForLeaderEpoch for a replica is internal")
+    forwarded, refused = [], []
+    for topic in request.topics:
+        if topic.topic and ctx.access.may_topic(topic.topic, Operation.DESCRIBE):
+            forwarded.append(replace(topic, topic=ns.inward(topic.topic)))
+        else:
+            refused.append(topic)
+    refusals = tuple(
+        api.make(
+            "OffsetForLeaderTopicResult",
+            topic=topic.topic,
+            partitions=tuple(
+                api.make(
+                    "EpochEndOffset",
+                    error_code=E.topic_authorization_failed,
+                    partition=part.partition,
+                    leader_epoch=-1,
+                    end_offset=-1,
+                )
+                for part in topic.partitions
+            ),
+        )
+        for topic in refused
+    )
+    if not forwarded:
+        return Answer(api.response(throttle_time=NO_THROTTLE, topics=refusals))
+
+    def finish(response: Any) -> Any:
+        return replace(response, topics=rename_topics(response.topics, ns) + refusals)
+
+    return Forward(replace(request, topics=tuple(forwarded)), finish)

@@ -1,0 +1,250 @@
+"""Topic administration inside the tenant's namespace, with the partition limit.
+
+CreateTopics needs CREATE on the cluster or on the topic, DeleteTopics DELETE,
+CreatePartitions ALTER, DescribeConfigs DESCRIBE_CONFIGS and
+IncrementalAlterConfigs ALTER_CONFIGS on the topic. Broker and logger configs
+are the platform's: a tenant asking for them gets CLUSTER_AUTHORIZATION_FAILED.
+
+A tenant with ``max_partitions`` may not hold more partitions than that in
+total: a CreateTopics or CreatePartitions that would pass it is refused with
+POLICY_VIOLATION for the topics that do not fit, checked in request order.
+The count is read from the brokers just before the check, so two requests
+racing from two connections can both pass it; the limit is a guard against
+mistakes and runaway scripts, not a hard reservation.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from typing import Any, Final
+
+from shoal.gateway.apis.base import (
+    NO_THROTTLE,
+    Answer,
+    E,
+    Forward,
+    RequestContext,
+    Step,
+    rename_topics,
+    replace,
+)
+from shoal.tenancy.model import Operation
+
+_ZERO_UUID: Final = uuid.UUID(int=0)
+TOPIC_RESOURCE: Final = 2
+
+
+async def _tenant_partitions(ctx: RequestContext) -> Mapping[str, int]:
+    """The tenant's topics (its own names) and their partition counts."""
+    counts = await ctx.lookups.topic_partitions()
+    return {
+        name: count
+        for broker_name, count in counts.items()
+        if (name := ctx.ns.outward(broker_name)) is not None
+    }
+
+
+def _over_limit(limit: int, held: int, adding: int) -> str:
+    return (
+        f"the tenant may hold at most {limit} partitions; it holds {held}"
+        f" and this would add {adding}"
+    )
+
+
+async def create_topics(ctx: RequestContext, request: Any) -> Step:
+    api, ns, access = ctx.api, ctx.ns, ctx.access
+    may_create_any = access.may_cluster(Operation.CREATE)
+    allowed: list[Any] = []
+    refused: list[tuple[str | None, E, str | None]] = []
+    for topic in request.topics:
+        if not topic.name:
+            refused.append((topic.name, E.invalid_topic_exception, "a topic needs a name"))
+        elif may_create_any or access.may_topic(topic.name, Operation.CREATE):
+            allowed.append(replace(topic, name=ns.inward(topic.name)))
+        else:
+            refused.append((topic.name, E.topic_authorization_failed, None))
+    limit = access.quotas.max_partitions
+    if limit is not None and allowed:
+        held = sum((await _tenant_partitions(ctx)).values())
+        sizes = await ctx.lookups.created_partitions(
+            replace(request, topics=tuple(allowed)), ctx.version
+        )
+        fitting = []
+        for topic in allowed:
+            adding = sizes.get(topic.name, 0)
+            if held + adding > limit:
+                refused.append(
+                    (ns.outward(topic.name), E.policy_violation, _over_limit(limit, held, adding))
+                )
+            else:
+                held += adding
+                fitting.append(topic)
+        allowed = fitting
+    refusals = tuple(
+        api.make(
+            "CreatableTopicResult",
+            name=name,
+            topic_id=_ZERO_UUID,
+            error_code=code,
+            error_message=message,
+            topic_config_error_code=0,
+            num_partitions=-1,
+            replication_factor=-1,
+            configs=None,
+        )
+        for name, code, message in refused
+    )
+    if not allowed:
+        return Answer(api.response(throttle_time=NO_THROTTLE, topics=refusals))
+
+    def finish(response: Any) -> Any:
+        return replace(response, topics=rename_topics(response.topics, ns) + refusals)
+
+    return Forward(replace(request, topics=tuple(allowed)), finish)
+
+
+async def create_partitions(ctx: RequestContext, request: Any) -> Step:
+    api, ns, access = ctx.api, ctx.ns, ctx.access
+    allowed: list[Any] = []
+    refused: list[tuple[str | None, E, str | None]] = []
+    for topic in request.topics:
+        if topic.name and access.may_topic(topic.name, Operation.ALTER):
+            allowed.append(topic)
+        else:
+            refused.append((topic.name, E.topic_authorization_failed, None))
+    limit = access.quotas.max_partitions
+    if limit is not None and allowed:
+        current = await _tenant_partitions(ctx)
+        held = sum(current.values())
+        fitting = []
+        for topic in allowed:
+            adding = max(0, topic.count - current.get(topic.name, topic.count))
+            if held + adding > limit:
+                refused.append((topic.name, E.policy_violation, _over_limit(limit, held, adding)))
+            else:
+                held += adding
+                fitting.append(topic)
+        allowed = fitting
+    refusals = tuple(
+        api.make("CreatePartitionsTopicResult", name=name, error_code=code, error_message=message)
+        for name, code, message in refused
+    )
+    if not allowed:
+        return Answer(api.response(throttle_time=NO_THROTTLE, results=refusals))
+
+    def finish(response: Any) -> Any:
+        return replace(response, results=rename_topics(response.results, ns) + refusals)
+
+    return Forward(
+        replace(request, topics=tuple(replace(t, name=ns.inward(t.name)) for t in allowed)),
+        finish,
+    )
+
+
+async def delete_topics(ctx: RequestContext, request: Any) -> Step:
+    api, ns, access = ctx.api, ctx.ns, ctx.access
+    by_state = ctx.version >= 6
+    wanted: list[tuple[str | None, uuid.UUID | None]] = (
+        [(t.name, t.topic_id) for t in request.topics]
+        if by_state
+        else [(name, None) for name in request.topic_names]
+    )
+    allowed: list[str] = []
+    refusals = []
+    for given, topic_id in wanted:
+        code = None
+        name = given
+        if not name and topic_id not in (None, _ZERO_UUID):
+            name = ns.outward(await ctx.lookups.topic_name(topic_id))
+            if name is None:
+                code = E.unknown_topic_id
+        if code is None and not (name and access.may_topic(name, Operation.DELETE)):
+            code = E.topic_authorization_failed
+        if code is None and name:
+            allowed.append(name)
+        else:
+            refusals.append(
+                api.make(
+                    "DeletableTopicResult",
+                    name=None if code == E.unknown_topic_id else name,
+                    topic_id=topic_id or _ZERO_UUID,
+                    error_code=code,
+                    error_message=None,
+                )
+            )
+    if not allowed:
+        return Answer(api.response(throttle_time=NO_THROTTLE, responses=tuple(refusals)))
+    if by_state:
+        rewritten = replace(
+            request,
+            topics=tuple(
+                api.make_request("DeleteTopicState", name=ns.inward(name), topic_id=_ZERO_UUID)
+                for name in allowed
+            ),
+        )
+    else:
+        rewritten = replace(request, topic_names=tuple(ns.inward(name) for name in allowed))
+
+    def finish(response: Any) -> Any:
+        return replace(response, responses=rename_topics(response.responses, ns) + tuple(refusals))
+
+    return Forward(rewritten, finish)
+
+
+def _config_check(ctx: RequestContext, resource: Any, operation: Operation) -> E | None:
+    if resource.resource_type != TOPIC_RESOURCE:
+        return E.cluster_authorization_failed
+    if not resource.resource_name or not ctx.access.may_topic(resource.resource_name, operation):
+        return E.topic_authorization_failed
+    return None
+
+
+def _config_refusal_message(code: E) -> str:
+    if code == E.cluster_authorization_failed:
+        return "broker configs are the platform's; tenants see topic configs only"
+    return "the key may not do this to the topic"
+
+
+async def describe_configs(ctx: RequestContext, request: Any) -> Step:
+    return _configs(ctx, request, Operation.DESCRIBE_CONFIGS, "DescribeConfigsResult", "results")
+
+
+async def incremental_alter_configs(ctx: RequestContext, request: Any) -> Step:
+    return _configs(
+        ctx, request, Operation.ALTER_CONFIGS, "AlterConfigsResourceResponse", "responses"
+    )
+
+
+def _configs(
+    ctx: RequestContext, request: Any, operation: Operation, result_class: str, results: str
+) -> Step:
+    api, ns = ctx.api, ctx.ns
+    allowed, refusals = [], []
+    for resource in request.resources:
+        code = _config_check(ctx, resource, operation)
+        if code is None:
+            allowed.append(replace(resource, resource_name=ns.inward(resource.resource_name)))
+        else:
+            refusals.append(
+                api.make(
+                    result_class,
+                    error_code=code,
+                    error_message=_config_refusal_message(code),
+                    resource_type=resource.resource_type,
+                    resource_name=resource.resource_name,
+                    configs=(),
+                )
+            )
+    if not allowed:
+        return Answer(api.response(throttle_time=NO_THROTTLE, **{results: tuple(refusals)}))
+
+    def finish(response: Any) -> Any:
+        mine = []
+        for result in getattr(response, results):
+            name = ns.outward(result.resource_name)
+            if name is not None:
+                mine.append(replace(result, resource_name=name))
+        return replace(response, **{results: tuple(mine) + tuple(refusals)})
+
+    return Forward(replace(request, resources=tuple(allowed)), finish)

@@ -1,0 +1,89 @@
+"""The gateway's settings: one typed model, read from flags and ``SHOAL_*`` variables.
+
+Ports: each listener has a bootstrap port (``--listen``'s) and one port per
+broker after it: broker ``n`` is reached at bootstrap port + 1 + n
+(Kroxylicious' port-per-broker scheme). ``shoal gateway --listen :9092`` in
+front of brokers 0-2 therefore listens on 9092 (bootstrap), 9093, 9094 and
+9095. A TLS listener (``--tls-listen``) works the same from its own port.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def split_host_port(value: str, default_port: int = 9092) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep:
+        return value, default_port
+    return host.strip("[]") or "0.0.0.0", int(port)  # noqa: S104 - ":9092" means every interface
+
+
+class GatewayConfig(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="SHOAL_", extra="forbid")
+
+    etcd: str = Field(
+        "http://127.0.0.1:2379",
+        description="etcd endpoint with the tenancy records, optionally with a chroot path.",
+    )
+    listen: str | None = Field(
+        "127.0.0.1:9092",
+        description="HOST:PORT of the SASL_PLAINTEXT bootstrap listener (broker n at PORT+1+n);"
+        " empty for none.",
+    )
+    tls_listen: str | None = Field(
+        None, description="HOST:PORT of the SASL_SSL bootstrap listener (broker n at PORT+1+n)."
+    )
+    tls_cert: str | None = Field(None, description="PEM certificate chain for the TLS listener.")
+    tls_key: str | None = Field(None, description="PEM private key for the TLS listener.")
+    advertise_host: str | None = Field(
+        None,
+        description="Host name clients are told to connect to; defaults to the listen host,"
+        " or this host's name when listening on every interface.",
+    )
+    upstream: str = Field(
+        "127.0.0.1:19092",
+        description="Comma-separated HOST:PORT of brokers' internal listeners to bootstrap from.",
+    )
+    gateway_id: str = Field(
+        default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}",
+        description="This gateway's name among the replicas (quotas are split between them).",
+    )
+    tenancy_poll_interval_ms: int = Field(
+        1000, ge=50, description="How often tenancy records are re-read (revocations apply then)."
+    )
+    metadata_refresh_interval_ms: int = Field(
+        10000, ge=100, description="How often the broker list is refreshed (new brokers get ports)."
+    )
+    authentication_timeout_ms: int = Field(
+        10000, ge=100, description="A connection that has not authenticated by then is closed."
+    )
+    membership_ttl_s: int = Field(
+        5, ge=2, description="Lease of this gateway's registration (how fast a gone one is seen)."
+    )
+    quota_window_num: int = Field(
+        11, ge=2, description="Samples in a quota rate (quota.window.num)."
+    )
+    quota_window_size_s: float = Field(
+        1.0, gt=0, description="Length of one quota sample (quota.window.size.seconds)."
+    )
+    socket_request_max_bytes: int = Field(
+        104857600, ge=1024, description="Largest request accepted (socket.request.max.bytes)."
+    )
+    log_level: str = Field("INFO", description="Logging level.")
+    log_format: str = Field("text", description="Log line format: text (key=value) or json.")
+
+    @model_validator(mode="after")
+    def _tls_complete(self) -> GatewayConfig:
+        if self.tls_listen and not (self.tls_cert and self.tls_key):
+            raise ValueError("--tls-listen needs --tls-cert and --tls-key")
+        if not self.listen and not self.tls_listen:
+            raise ValueError("give --listen, --tls-listen or both")
+        return self
+
+    def upstream_addresses(self) -> list[tuple[str, int]]:
+        return [split_host_port(item.strip()) for item in self.upstream.split(",") if item.strip()]

@@ -1,0 +1,279 @@
+"""The gateway process: listeners, the views it serves from, and its lifecycle.
+
+Startup: connect to etcd (tenancy records, membership), ask the brokers what
+they are (addresses, API versions), then open each listener's bootstrap port
+and one port per broker. Brokers that join later get their ports at the next
+metadata refresh. The versions offered to clients are, per API, the
+intersection of what the gateway can rewrite and what the brokers serve.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import ssl
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from shoal.gateway.apis import GATEWAY_ONLY, REWRITERS
+from shoal.gateway.cluster_view import ClusterView
+from shoal.gateway.config import GatewayConfig, split_host_port
+from shoal.gateway.membership import GatewayMembership
+from shoal.gateway.quotas import QuotaConfig, QuotaManager
+from shoal.gateway.session import ClientSession
+from shoal.gateway.tenancy_view import StoreQuotas, TenancyView
+from shoal.gateway.upstream import UpstreamError
+from shoal.tenancy.store import TenancySnapshot, TenancyStore, TenancyStoreError
+
+log = logging.getLogger(__name__)
+
+_STARTUP_RETRY_S: Final = 1.0
+_STARTUP_TIMEOUT_S: Final = 120.0
+
+
+def offered_versions(
+    broker_versions: Mapping[int, tuple[int, int]],
+) -> dict[int, tuple[int, int]]:
+    """Per API, what both the gateway can rewrite and the brokers serve."""
+    offered = dict(GATEWAY_ONLY)
+    for key, ((ours_low, ours_high), _) in REWRITERS.items():
+        if key in GATEWAY_ONLY:
+            continue
+        theirs = broker_versions.get(key)
+        if theirs is None:
+            continue
+        low, high = max(ours_low, theirs[0]), min(ours_high, theirs[1])
+        if low <= high:
+            offered[key] = (low, high)
+    return offered
+
+
+class ListenerLookups:
+    """The rewriters' lookups, for clients that came in through one listener."""
+
+    def __init__(self, cluster: ClusterView, listener: Listener) -> None:
+        self._cluster = cluster
+        self._listener = listener
+
+    async def topic_name(self, topic_id: uuid.UUID) -> str | None:
+        return await self._cluster.topic_name(topic_id)
+
+    async def topic_partitions(self) -> Mapping[str, int]:
+        return await self._cluster.topic_partitions()
+
+    async def created_partitions(self, request: Any, version: int) -> Mapping[str, int]:
+        sizes: dict[str, int] = {}
+        unknown = []
+        for topic in request.topics:
+            if topic.num_partitions > 0:
+                sizes[topic.name] = topic.num_partitions
+            elif topic.assignments:
+                sizes[topic.name] = len(topic.assignments)
+            else:
+                unknown.append(topic.name)
+        if unknown:
+            sizes.update(await self._cluster.default_partitions(unknown))
+        return sizes
+
+    def remember_topic_ids(self, ids: Mapping[uuid.UUID, str]) -> None:
+        self._cluster.remember_topic_ids(ids)
+
+    def gateway_address(self, node_id: int) -> tuple[str, int] | None:
+        if node_id not in self._cluster.brokers:
+            return None
+        return self._listener.advertised_host, self._listener.broker_port(node_id)
+
+
+@dataclass
+class Listener:
+    """A bootstrap port and the ports after it, one per broker."""
+
+    name: str
+    host: str
+    port: int
+    advertised_host: str
+    tls: ssl.SSLContext | None
+    lookups: ListenerLookups = field(init=False)
+    servers: dict[int | None, asyncio.Server] = field(default_factory=dict)
+
+    def broker_port(self, node_id: int) -> int:
+        return self.port + 1 + node_id
+
+
+@dataclass
+class GatewayServices:
+    """What every session shares."""
+
+    config: GatewayConfig
+    tenancy: TenancyView
+    cluster: ClusterView
+    quotas: QuotaManager
+    membership: GatewayMembership
+    quota_store: StoreQuotas
+    versions: dict[int, tuple[int, int]] = field(default_factory=dict)
+    sessions_by_key: dict[str, set[ClientSession]] = field(default_factory=dict)
+
+
+def _advertised(host: str, configured: str | None) -> str:
+    if configured:
+        return configured
+    if host in ("0.0.0.0", "::", ""):  # noqa: S104 - comparing, not binding
+        return socket.getfqdn()
+    return host
+
+
+def _tls_context(config: GatewayConfig) -> ssl.SSLContext:
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    assert config.tls_cert is not None
+    context.load_cert_chain(config.tls_cert, config.tls_key)
+    return context
+
+
+class Gateway:
+    def __init__(self, config: GatewayConfig) -> None:
+        self.config = config
+        self.listeners: list[Listener] = []
+        if config.listen:
+            host, port = split_host_port(config.listen)
+            self.listeners.append(
+                Listener(
+                    "SASL_PLAINTEXT", host, port, _advertised(host, config.advertise_host), None
+                )
+            )
+        if config.tls_listen:
+            host, port = split_host_port(config.tls_listen)
+            self.listeners.append(
+                Listener(
+                    "SASL_SSL",
+                    host,
+                    port,
+                    _advertised(host, config.advertise_host),
+                    _tls_context(config),
+                )
+            )
+        self._sessions: set[asyncio.Task[None]] = set()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        config = self.config
+        async with TenancyStore(config.etcd) as store:
+            tenancy = TenancyView(store, config.tenancy_poll_interval_ms / 1000)
+            membership = GatewayMembership(config.etcd, config.gateway_id, config.membership_ttl_s)
+            cluster = ClusterView(config.upstream_addresses())
+            services = GatewayServices(
+                config=config,
+                tenancy=tenancy,
+                cluster=cluster,
+                quotas=QuotaManager(
+                    QuotaConfig(
+                        samples=config.quota_window_num, window_s=config.quota_window_size_s
+                    )
+                ),
+                membership=membership,
+                quota_store=StoreQuotas(tenancy),
+            )
+            tenancy.on_change.append(lambda snapshot: self._close_revoked(services, snapshot))
+            background: list[asyncio.Task[None]] = []
+            try:
+                await self._start(services, stop)
+                if stop.is_set():
+                    return
+                background = [
+                    asyncio.create_task(tenancy.poll()),
+                    asyncio.create_task(membership.keep_alive()),
+                    asyncio.create_task(self._refresh_brokers(services)),
+                ]
+                ports = ", ".join(
+                    f"{listener.name} {listener.host}:{listener.port}"
+                    for listener in self.listeners
+                )
+                log.info("event=gateway_ready listeners=%s", ports.replace(" ", "_"))
+                await stop.wait()
+            finally:
+                for task in background:
+                    task.cancel()
+                for listener in self.listeners:
+                    for server in listener.servers.values():
+                        server.close()
+                for session in self._sessions:
+                    session.cancel()
+                await asyncio.gather(*self._sessions, *background, return_exceptions=True)
+                cluster.close()
+                await membership.close()
+
+    async def _start(self, services: GatewayServices, stop: asyncio.Event) -> None:
+        """Wait for etcd and the brokers, then open the ports."""
+        async with asyncio.timeout(_STARTUP_TIMEOUT_S):
+            while not stop.is_set():
+                try:
+                    await services.tenancy.load()
+                    await services.membership.register()
+                    await services.cluster.refresh()
+                    services.versions = offered_versions(await services.cluster.api_versions())
+                    break
+                except (UpstreamError, TenancyStoreError, OSError) as exc:
+                    log.info("event=gateway_waiting reason=%s", str(exc).replace(" ", "_"))
+                    await asyncio.sleep(_STARTUP_RETRY_S)
+        for listener in self.listeners:
+            listener.lookups = ListenerLookups(services.cluster, listener)
+            await self._bind(services, listener, None)
+        await self._bind_brokers(services)
+
+    async def _bind_brokers(self, services: GatewayServices) -> None:
+        for listener in self.listeners:
+            for node_id in services.cluster.brokers:
+                if node_id not in listener.servers:
+                    await self._bind(services, listener, node_id)
+
+    async def _bind(
+        self, services: GatewayServices, listener: Listener, node_id: int | None
+    ) -> None:
+        port = listener.port if node_id is None else listener.broker_port(node_id)
+
+        async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            session = ClientSession(services, listener, node_id, reader, writer)
+            task = asyncio.current_task()
+            assert task is not None
+            self._sessions.add(task)
+            try:
+                await session.run()
+            finally:
+                self._sessions.discard(task)
+
+        listener.servers[node_id] = await asyncio.start_server(
+            accept,
+            listener.host,
+            port,
+            ssl=listener.tls,
+            limit=2**20,
+            reuse_address=True,
+        )
+        log.info(
+            "event=gateway_listening listener=%s port=%d broker=%s",
+            listener.name,
+            port,
+            "bootstrap" if node_id is None else node_id,
+        )
+
+    async def _refresh_brokers(self, services: GatewayServices) -> None:
+        while True:
+            await asyncio.sleep(self.config.metadata_refresh_interval_ms / 1000)
+            try:
+                await services.cluster.refresh()
+                await self._bind_brokers(services)
+            except (UpstreamError, OSError) as exc:
+                log.warning("event=gateway_refresh_failed error=%s", exc)
+
+    def _close_revoked(self, services: GatewayServices, snapshot: TenancySnapshot) -> None:
+        del snapshot
+        for key_id, sessions in list(services.sessions_by_key.items()):
+            if sessions and not services.tenancy.still_valid(key_id):
+                log.info("event=gateway_key_revoked key=%s connections=%d", key_id, len(sessions))
+                for session in list(sessions):
+                    session.close()
+                with contextlib.suppress(KeyError):
+                    del services.sessions_by_key[key_id]

@@ -1,0 +1,437 @@
+"""One client connection through the gateway: authenticate, then rewrite and forward.
+
+Phases:
+
+1. **Authentication.** Only ApiVersions, SaslHandshake (PLAIN) and
+   SaslAuthenticate are accepted; anything else closes the connection, as
+   Kafka closes it. Wrong or revoked credentials, or a malformed exchange,
+   get SASL_AUTHENTICATION_FAILED and the connection is closed. A client
+   that has not authenticated within ``authentication_timeout_ms`` is
+   disconnected.
+2. **Serving.** Requests are handled strictly in order. Each is decoded,
+   checked and rewritten (:mod:`shoal.gateway.apis`), then either answered
+   by the gateway or forwarded on this connection's own connection to its
+   broker (the bootstrap port's go to any broker, a broker port's to that
+   broker). Clients pipeline freely: answers are written in request order,
+   whichever of gateway and broker produced them.
+
+Quotas: a produce request's bytes are counted on arrival and a fetch
+response's on its way back; the answer carries the larger of the broker's
+and the gateway's ``throttle_time_ms``, and the connection is not read again
+until the gateway's throttle has passed (KIP-219).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import struct
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Final
+
+from shoal.gateway.apis import (
+    API_VERSIONS,
+    REWRITERS,
+    SASL_AUTHENTICATE,
+    SASL_HANDSHAKE,
+)
+from shoal.gateway.apis.base import Answer, RefusedRequestError, RequestContext
+from shoal.gateway.sasl import MECHANISMS, PLAIN, SaslError, parse_plain
+from shoal.gateway.upstream import BrokerConnection, UpstreamError
+
+from shoal.wire import (
+    ApiSchema,
+    ErrorCode,
+    RequestHeader,
+    UnsupportedVersionError,
+    WireError,
+    decode_request,
+    decode_response,
+    encode_request,
+    encode_response,
+    schema,
+)
+
+if TYPE_CHECKING:
+    from shoal.gateway.server import GatewayServices, Listener
+
+log = logging.getLogger(__name__)
+
+E = ErrorCode
+PRODUCE: Final = 0
+FETCH: Final = 1
+MAX_IN_FLIGHT: Final = 100
+_SIZE: Final = struct.Struct(">i")
+_FAILED_AUTH_DELAY_S: Final = 0.1
+"""Kafka's connection.failed.authentication.delay.ms: slows password guessing."""
+_AUTH_APIS: Final = {API_VERSIONS: (0, 4), SASL_HANDSHAKE: (0, 1), SASL_AUTHENTICATE: (0, 2)}
+
+
+class _ClosedError(Exception):
+    """The session ends; the message says why (logged, never sent)."""
+
+
+@dataclass(slots=True)
+class _Pending:
+    slot: asyncio.Future[bytes]
+    header: RequestHeader
+    api: ApiSchema
+    finish: Callable[[Any], Any]
+    tenant: str
+    consume_limit: float | None
+
+
+class ClientSession:
+    def __init__(
+        self,
+        services: GatewayServices,
+        listener: Listener,
+        node_id: int | None,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+    ) -> None:
+        self.services = services
+        self.listener = listener
+        self.node_id = node_id
+        self._reader = reader
+        self._writer = writer
+        peer = writer.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.key_id: str | None = None
+        self._slots: asyncio.Queue[asyncio.Future[bytes] | None] = asyncio.Queue(MAX_IN_FLIGHT)
+        self._pending: deque[_Pending] = deque()
+        self._upstream: BrokerConnection | None = None
+        self._upstream_reader: asyncio.Task[None] | None = None
+        self._muted_until = 0.0
+        self._task: asyncio.Task[None] | None = None
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    async def run(self) -> None:
+        self._task = asyncio.current_task()
+        writer_task = asyncio.create_task(self._write_answers())
+        reason = "client closed the connection"
+        try:
+            timeout_s = self.services.config.authentication_timeout_ms / 1000
+            try:
+                async with asyncio.timeout(timeout_s):
+                    await self._authenticate()
+            except TimeoutError:
+                raise _ClosedError(f"not authenticated within {timeout_s:g}s") from None
+            self.services.sessions_by_key.setdefault(self.key_id or "", set()).add(self)
+            await self._serve()
+        except _ClosedError as exc:
+            reason = str(exc)
+        except (WireError, RefusedRequestError, UpstreamError) as exc:
+            reason = str(exc)
+        except (asyncio.IncompleteReadError, ConnectionError, OSError):
+            pass
+        except asyncio.CancelledError:
+            reason = "closed by the gateway"
+        except Exception as exc:
+            # A bug in one rewriter must cost one connection, never the gateway.
+            log.exception("event=gateway_session_failed peer=%s", self.peer)
+            reason = f"internal error {type(exc).__name__}"
+        finally:
+            log.info(
+                "event=gateway_connection_closed peer=%s key=%s reason=%s",
+                self.peer,
+                self.key_id or "-",
+                reason.replace(" ", "_"),
+            )
+            await self._shutdown(writer_task)
+
+    async def _shutdown(self, writer_task: asyncio.Task[None]) -> None:
+        if self.key_id is not None:
+            self.services.sessions_by_key.get(self.key_id, set()).discard(self)
+        if self._upstream_reader is not None:
+            self._upstream_reader.cancel()
+        for pending in self._pending:
+            pending.slot.cancel()
+        with contextlib.suppress(asyncio.QueueFull):
+            self._slots.put_nowait(None)
+        with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError, Exception):
+            await asyncio.wait_for(writer_task, 2.0)
+        writer_task.cancel()
+        if self._upstream is not None:
+            self._upstream.close()
+        self._writer.close()
+
+    def close(self) -> None:
+        """End the session from outside (its key was revoked, the gateway stops)."""
+        if self._task is not None:
+            self._task.cancel()
+
+    # -- frames ------------------------------------------------------------------
+
+    async def _read_frame(self) -> bytes:
+        (size,) = _SIZE.unpack(await self._reader.readexactly(_SIZE.size))
+        if not 0 <= size <= self.services.config.socket_request_max_bytes:
+            raise _ClosedError(f"request of {size} bytes is outside the allowed size")
+        return await self._reader.readexactly(size)
+
+    async def _answer(self, header: RequestHeader, api: ApiSchema, body: Any) -> None:
+        slot: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        slot.set_result(b"".join(encode_response(header, api, body)))  # type: ignore[arg-type]
+        await self._slots.put(slot)
+
+    async def _write_answers(self) -> None:
+        while (slot := await self._slots.get()) is not None:
+            try:
+                data = await slot
+            except asyncio.CancelledError:
+                return
+            self._writer.write(data)
+            await self._writer.drain()
+
+    # -- authentication ------------------------------------------------------------
+
+    async def _authenticate(self) -> None:
+        mechanism_chosen = False
+        while True:
+            try:
+                header, api, body = self._decode(await self._read_frame(), _AUTH_APIS)
+            except _UnsupportedApiVersionsError as exc:
+                await self._answer_unsupported_api_versions(exc.header)
+                continue
+            if header.api_key == API_VERSIONS:
+                await self._answer(header, api, self._api_versions(api, E.none))
+            elif header.api_key == SASL_HANDSHAKE:
+                if body.mechanism != PLAIN:
+                    await self._answer(
+                        header,
+                        api,
+                        api.response(
+                            error_code=E.unsupported_sasl_mechanism, mechanisms=MECHANISMS
+                        ),
+                    )
+                    raise _ClosedError(f"unsupported SASL mechanism {body.mechanism!r}")
+                await self._answer(
+                    header, api, api.response(error_code=E.none, mechanisms=MECHANISMS)
+                )
+                if header.api_version == 0:
+                    # SaslHandshake v0: the token follows as a bare frame, with no
+                    # Kafka header, and success is answered with an empty frame.
+                    key_id = await self._check_credentials(await self._read_frame())
+                    if key_id is None:
+                        await asyncio.sleep(_FAILED_AUTH_DELAY_S)
+                        raise _ClosedError("authentication failed")
+                    self.key_id = key_id
+                    slot: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+                    slot.set_result(_SIZE.pack(0))
+                    await self._slots.put(slot)
+                    return
+                mechanism_chosen = True
+            elif not mechanism_chosen:
+                raise _ClosedError("SaslAuthenticate before SaslHandshake")
+            else:
+                key_id = await self._check_credentials(body.auth_bytes)
+                if key_id is None:
+                    await asyncio.sleep(_FAILED_AUTH_DELAY_S)
+                    await self._answer(
+                        header,
+                        api,
+                        api.response(
+                            error_code=E.sasl_authentication_failed,
+                            error_message="Authentication failed: invalid API key or secret",
+                            auth_bytes=b"",
+                            session_lifetime=timedelta(0),
+                        ),
+                    )
+                    raise _ClosedError("authentication failed")
+                self.key_id = key_id
+                await self._answer(
+                    header,
+                    api,
+                    api.response(
+                        error_code=E.none,
+                        error_message=None,
+                        auth_bytes=b"",
+                        session_lifetime=timedelta(0),
+                    ),
+                )
+                log.info("event=gateway_authenticated peer=%s key=%s", self.peer, key_id)
+                return
+
+    async def _check_credentials(self, message: bytes) -> str | None:
+        try:
+            credentials = parse_plain(message)
+        except SaslError as exc:
+            log.info("event=gateway_auth_failed peer=%s reason=%s", self.peer, exc)
+            return None
+        tenancy = self.services.tenancy
+        key = await tenancy.verifier.verify(credentials.username, credentials.password)
+        if key is None or (
+            key.tenant not in tenancy.snapshot.tenants
+            and await tenancy.store.get_tenant(key.tenant) is None
+        ):
+            log.info(
+                "event=gateway_auth_failed peer=%s key=%s reason=bad_credentials",
+                self.peer,
+                credentials.username[:64],
+            )
+            return None
+        return key.key_id
+
+    # -- serving -------------------------------------------------------------------
+
+    def _decode(
+        self, frame: bytes, supported: Mapping[int, tuple[int, int]]
+    ) -> tuple[RequestHeader, ApiSchema, Any]:
+        try:
+            return decode_request(frame, dict(supported))
+        except UnsupportedVersionError as exc:
+            if exc.header.api_key == API_VERSIONS:
+                raise _UnsupportedApiVersionsError(exc.header) from exc
+            raise
+
+    async def _serve(self) -> None:
+        while True:
+            delay = self._muted_until - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            frame = await self._read_frame()
+            try:
+                header, api, body = self._decode(frame, self.services.versions)
+            except _UnsupportedApiVersionsError as exc:
+                await self._answer_unsupported_api_versions(exc.header)
+                continue
+            if header.api_key == API_VERSIONS:
+                await self._answer(header, api, self._api_versions(api, E.none))
+                continue
+            if header.api_key in (SASL_HANDSHAKE, SASL_AUTHENTICATE):
+                raise _ClosedError("SASL after authentication (re-authentication is not offered)")
+            await self._handle(frame, header, api, body)
+
+    async def _handle(self, frame: bytes, header: RequestHeader, api: ApiSchema, body: Any) -> None:
+        assert self.key_id is not None
+        services = self.services
+        access = services.tenancy.access(self.key_id)
+        if access is None:
+            raise _ClosedError("the key was revoked or its tenant deleted")
+        gateways = services.membership.count
+        now = time.monotonic()
+        throttle_ms = 0
+        produce_limit = _share(access.quotas.producer_byte_rate, gateways)
+        consume_limit = _share(access.quotas.consumer_byte_rate, gateways)
+        if header.api_key == PRODUCE:
+            throttle_ms = services.quotas.record_produce(
+                access.tenant, len(frame), produce_limit, now
+            )
+            self._mute(throttle_ms)
+        ctx = RequestContext(
+            access=access,
+            api=api,
+            lookups=self.listener.lookups,
+            quota_store=services.quota_store,
+            fetch_cap=services.quotas.fetch_cap(consume_limit),
+        )
+        _, rewrite = REWRITERS[header.api_key]
+        step = await rewrite(ctx, body)
+        if isinstance(step, Answer):
+            await self._answer(header, api, _throttled(step.response, throttle_ms))
+            return
+        upstream = await self._upstream_connection()
+        upstream.send(
+            encode_request(api, header.correlation_id, header.client_id or "", step.request)
+        )
+        if step.expects_response:
+            slot: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+            finish = step.finish
+            if throttle_ms:
+                finish = _then_throttle(finish, throttle_ms)
+            self._pending.append(_Pending(slot, header, api, finish, access.tenant, consume_limit))
+            await self._slots.put(slot)
+        await upstream.drain()
+
+    def _mute(self, throttle_ms: int) -> None:
+        if throttle_ms > 0:
+            self._muted_until = max(self._muted_until, time.monotonic() + throttle_ms / 1000)
+
+    async def _upstream_connection(self) -> BrokerConnection:
+        if self._upstream is not None:
+            return self._upstream
+        cluster = self.services.cluster
+        if self.node_id is None:
+            target = cluster.pick()
+        else:
+            target = cluster.brokers.get(self.node_id)
+            if target is None:
+                await cluster.refresh()
+                target = cluster.brokers.get(self.node_id)
+        if target is None:
+            raise _ClosedError(f"broker {self.node_id} is not in the cluster")
+        self._upstream = await BrokerConnection.open(target.host, target.port)
+        self._upstream_reader = asyncio.create_task(self._read_upstream(self._upstream))
+        return self._upstream
+
+    async def _read_upstream(self, upstream: BrokerConnection) -> None:
+        try:
+            while True:
+                frame = await upstream.read_frame()
+                if not self._pending:
+                    raise UpstreamError("broker sent an answer nobody asked for")
+                pending = self._pending.popleft()
+                correlation_id, body = decode_response(pending.api, frame)
+                if correlation_id != pending.header.correlation_id:
+                    raise UpstreamError("broker answered out of order")
+                body = pending.finish(body)
+                if pending.header.api_key == FETCH:
+                    throttle_ms = self.services.quotas.record_fetch(
+                        pending.tenant, len(frame), pending.consume_limit, time.monotonic()
+                    )
+                    self._mute(throttle_ms)
+                    body = _throttled(body, throttle_ms)
+                pending.slot.set_result(
+                    b"".join(encode_response(pending.header, pending.api, body))  # type: ignore[arg-type]
+                )
+        except (UpstreamError, WireError) as exc:
+            log.info("event=gateway_upstream_lost peer=%s error=%s", self.peer, exc)
+            self.close()
+
+    async def _answer_unsupported_api_versions(self, header: RequestHeader) -> None:
+        # Answered with v0 and our versions, so the client can pick one (KIP-511).
+        v0 = schema(API_VERSIONS, 0)
+        await self._answer(header, v0, self._api_versions(v0, E.unsupported_version))
+
+    def _api_versions(self, api: ApiSchema, code: ErrorCode) -> Any:
+        keys = tuple(
+            api.make("ApiVersion", api_key=key, min_version=low, max_version=high)
+            for key, (low, high) in sorted(self.services.versions.items())
+        )
+        return api.response(
+            error_code=code,
+            api_keys=keys,
+            throttle_time=timedelta(0),
+            supported_features=(),
+            finalized_features_epoch=-1,
+            finalized_features=(),
+            zk_migration_ready=False,
+        )
+
+
+class _UnsupportedApiVersionsError(WireError):
+    def __init__(self, header: RequestHeader) -> None:
+        super().__init__("ApiVersions version not supported")
+        self.header = header
+
+
+def _share(limit: float | None, gateways: int) -> float | None:
+    return None if limit is None else limit / max(1, gateways)
+
+
+def _throttled(response: Any, throttle_ms: int) -> Any:
+    if throttle_ms <= 0 or not any(f.name == "throttle_time" for f in dataclasses.fields(response)):
+        return response
+    ours = timedelta(milliseconds=throttle_ms)
+    return dataclasses.replace(response, throttle_time=max(response.throttle_time, ours))
+
+
+def _then_throttle(finish: Callable[[Any], Any], throttle_ms: int) -> Callable[[Any], Any]:
+    return lambda response: _throttled(finish(response), throttle_ms)

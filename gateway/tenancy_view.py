@@ -1,0 +1,104 @@
+"""The tenancy records as the gateway serves from them: re-read every second.
+
+Every poll reads all of ``<root>/tenancy/`` in one etcd range read (one
+revision, so keys, tenants and bindings agree). Changes apply to the next
+request of every open connection: ACLs and quotas at once, and a key that is
+revoked or deleted, or whose tenant is deleted, has its connections closed
+by the server within a poll interval. A poll that fails keeps the last good
+snapshot: etcd being briefly away must not lock every tenant out.
+
+Polling was chosen over an etcd watch for its failure mode: a watch that
+silently stalls would keep a revoked key working, a poll that fails is seen.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Mapping
+
+from shoal.gateway.access import TenantAccess
+from shoal.tenancy.model import ApiKey, Quotas
+from shoal.tenancy.store import TenancySnapshot, TenancyStore, TenancyStoreError
+from shoal.tenancy.verifier import KeyVerifier
+
+log = logging.getLogger(__name__)
+
+_EMPTY = TenancySnapshot(0, {}, {}, {})
+
+
+class TenancyView:
+    def __init__(self, store: TenancyStore, poll_interval_s: float) -> None:
+        self.store = store
+        self.poll_interval_s = poll_interval_s
+        self.snapshot = _EMPTY
+        self.verifier = KeyVerifier(self._lookup, time.monotonic)
+        self.on_change: list[Callable[[TenancySnapshot], None]] = []
+
+    async def _lookup(self, key_id: str) -> ApiKey | None:
+        known = self.snapshot.keys.get(key_id)
+        if known is not None:
+            return known
+        # A key made since the last poll: ask etcd rather than fail its first login.
+        return await self.store.get_key(key_id)
+
+    async def load(self) -> None:
+        snapshot = await self.store.snapshot()
+        if snapshot.revision != self.snapshot.revision:
+            old = self.snapshot
+            self.snapshot = snapshot
+            for key_id in old.keys:
+                now = snapshot.keys.get(key_id)
+                if now is None or now.revoked or now.tenant not in snapshot.tenants:
+                    self.verifier.forget(key_id)
+            for callback in self.on_change:
+                callback(snapshot)
+
+    async def poll(self) -> None:
+        failing = False
+        while True:
+            await asyncio.sleep(self.poll_interval_s)
+            try:
+                await self.load()
+                if failing:
+                    log.info("event=tenancy_poll_recovered")
+                failing = False
+            except TenancyStoreError as exc:
+                if not failing:
+                    log.warning("event=tenancy_poll_failed error=%s", exc)
+                failing = True
+
+    def access(self, key_id: str) -> TenantAccess | None:
+        """The key's current rights, or None if it may no longer connect."""
+        snapshot = self.snapshot
+        key = snapshot.keys.get(key_id)
+        if key is None or key.revoked:
+            return None
+        tenant = snapshot.tenants.get(key.tenant)
+        if tenant is None:
+            return None
+        return TenantAccess(
+            tenant=key.tenant,
+            key_id=key_id,
+            bindings=snapshot.bindings.get(key.tenant, ()),
+            quotas=tenant.quotas,
+            platform_admin=key.platform_admin,
+        )
+
+    def still_valid(self, key_id: str) -> bool:
+        return self.access(key_id) is not None
+
+
+class StoreQuotas:
+    """The client-quota APIs' view, read from and written to etcd directly."""
+
+    def __init__(self, view: TenancyView) -> None:
+        self._view = view
+
+    async def all_quotas(self) -> Mapping[str, Quotas]:
+        return {t.name: t.quotas for t in await self._view.store.list_tenants()}
+
+    async def set_quotas(self, tenant: str, quotas: Quotas) -> None:
+        await self._view.store.set_quotas(tenant, quotas)
+        await self._view.load()

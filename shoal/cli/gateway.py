@@ -1,0 +1,67 @@
+"""``shoal gateway``: the tenants' door, configured by flags or SHOAL_* variables."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+from pydantic import ValidationError
+
+from shoal.cli.running import run_until_signalled
+from shoal.gateway.config import GatewayConfig
+from shoal.gateway.server import Gateway
+from shoal.logs import configure_logging
+
+
+def _doc(field: str) -> str:
+    return GatewayConfig.model_fields[field].description or ""
+
+
+def gateway(
+    etcd: Annotated[str | None, typer.Option(envvar="SHOAL_ETCD", help=_doc("etcd"))] = None,
+    listen: Annotated[str | None, typer.Option(envvar="SHOAL_LISTEN", help=_doc("listen"))] = None,
+    tls_listen: Annotated[
+        str | None, typer.Option(envvar="SHOAL_TLS_LISTEN", help=_doc("tls_listen"))
+    ] = None,
+    tls_cert: Annotated[
+        str | None, typer.Option(envvar="SHOAL_TLS_CERT", help=_doc("tls_cert"))
+    ] = None,
+    tls_key: Annotated[
+        str | None, typer.Option(envvar="SHOAL_TLS_KEY", help=_doc("tls_key"))
+    ] = None,
+    advertise_host: Annotated[
+        str | None, typer.Option(envvar="SHOAL_ADVERTISE_HOST", help=_doc("advertise_host"))
+    ] = None,
+    upstream: Annotated[
+        str | None, typer.Option(envvar="SHOAL_UPSTREAM", help=_doc("upstream"))
+    ] = None,
+    gateway_id: Annotated[
+        str | None, typer.Option(envvar="SHOAL_GATEWAY_ID", help=_doc("gateway_id"))
+    ] = None,
+    log_level: Annotated[
+        str | None, typer.Option(envvar="SHOAL_LOG_LEVEL", help=_doc("log_level"))
+    ] = None,
+    log_format: Annotated[
+        str | None, typer.Option(envvar="SHOAL_LOG_FORMAT", help=_doc("log_format"))
+    ] = None,
+) -> None:
+    """Run the Kafka gateway in front of the brokers. Other settings (intervals, quota
+    windows) are read from SHOAL_* variables; see docs/gateway.md."""
+    given: dict[str, Any] = {
+        "etcd": etcd,
+        "listen": listen,
+        "tls_listen": tls_listen,
+        "tls_cert": tls_cert,
+        "tls_key": tls_key,
+        "advertise_host": advertise_host,
+        "upstream": upstream,
+        "gateway_id": gateway_id,
+        "log_level": log_level,
+        "log_format": log_format,
+    }
+    try:
+        config = GatewayConfig(**{k: v for k, v in given.items() if v is not None})
+    except ValidationError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    configure_logging(config.log_level, config.log_format)
+    run_until_signalled(Gateway(config).run)
