@@ -1,9 +1,9 @@
-"""Per-tenant byte-rate quotas with Kafka's semantics: pure logic, no I/O, no clock.
+"""Per-tenant byte-rate quotas measured as Kafka does: pure logic, no I/O, no clock.
 
 The gateway measures the bytes each tenant produces and fetches, and answers an
 over-quota request with a throttle time, as a Kafka broker does (KIP-13, and
-KIP-219 for how the throttle is applied). The arithmetic is Kafka's, so a Kafka
-operator predicts every throttle from the numbers alone:
+KIP-219 for how the throttle is applied). The rate is Kafka's; the throttle and
+the shortest measuring span are not (see *Why not Kafka's throttle*):
 
 * **Measuring** (``org.apache.kafka.common.metrics.stats.Rate`` over a
   ``SampledStat``): bytes are summed into ``samples`` windows of ``window_s``
@@ -11,31 +11,34 @@ operator predicts every throttle from the numbers alone:
   A window starts at the first record after the previous one completed, not on
   a clock boundary. A window whose last record is ``samples * window_s`` old no
   longer counts. The rate is the bytes of the live windows divided by the time
-  from the oldest live window's start to now, but never by less than
-  ``(samples - 1) * window_s`` (Kafka's ``Rate.windowSize``): a tenant that
-  starts with a burst, or comes back after a silence, is measured as if the
-  missing windows held nothing, instead of as a huge rate over a few ms.
-* **Throttling** (``QuotaUtils.throttleTime``): bytes are recorded first, then
-  the rate is checked. Over the bound, the throttle is the delay X that brings
-  the observed rate O back to the bound T over that same window W, assuming
-  nothing more arrives: ``O * W / (W + X) = T``, so ``X = (O - T) / T * W``.
-  At or under the bound it is 0. The request is never refused: its bytes are
+  from the oldest live window's start to now; while that time is under one
+  window, one empty window is added (:data:`MIN_FULL_WINDOWS`, where Kafka's
+  ``Rate.windowSize`` pads to ``samples - 1``), so a first burst is not
+  measured as a huge rate over a few ms.
+* **Throttling**: bytes are recorded first; the throttle is then the time until
+  the rate, measured by the same rules, is back at the bound if nothing more
+  arrives, counting the windows that expire on the way
+  (:meth:`SampledRate.delay_until`, rounded up to a twentieth of a window). At
+  or under the bound it is 0. The request is never refused: its bytes are
   counted, and the client is told to wait (``throttle_time_ms``) while the
   gateway stops reading from its connection for that long.
-* **Capping** (our choice, see :data:`DEFAULT_MAX_THROTTLE_MS`): Kafka caps the
-  request-time and connection-rate quotas' throttles at one
-  ``quota.window.size`` but leaves byte-rate throttles uncapped. We cap them at
-  30 s, the clients' default ``request.timeout.ms``.
+* **Capping** (our choice, see :data:`DEFAULT_MAX_THROTTLE_MS`): at most 30 s,
+  the clients' default ``request.timeout.ms``.
 * **Fetch size** (``ClientQuotaManager.getMaxValueInQuotaWindow``): the gateway
-  asks the broker for no more than :meth:`QuotaManager.fetch_cap` bytes, so one
-  fetch response cannot overshoot a consume quota by much: one window's worth
-  of the limit, where Kafka allows ``samples - 1`` windows' worth.
+  asks the broker for no more than :meth:`QuotaManager.fetch_cap` bytes, one
+  window's worth of the limit, so one fetch response cannot overshoot a consume
+  quota by much.
 
-What a client gets is Kafka's pattern, not a smooth flow: a client that sends
-as fast as it is allowed gets a burst of up to ``(samples - 1) * window_s``
-worth of quota whenever the measured windows empty, then throttles until that
-burst expires. Over any span of L seconds it moves ``limit * (L +/- samples *
-window_s)`` bytes; over minutes, the limit to within a few percent.
+Why not Kafka's throttle: ``QuotaUtils.throttleTime`` is ``X = (O - T) / T * W``,
+the delay that would spread the observed rate O over window W back to the bound
+T if every measured byte stayed. But windows expire during the wait, so X is
+not the time back to the bound, and a client that waits out every throttle runs
+about 10% over its quota, up to 36% over 20 s spans with 1 MB requests. With
+the exact time it gets the bound to within about 1% over every 20 s span (from
+one send to the first send 20 s later), for requests of 16 KiB to 1 MiB.
+Kafka's minimum span of ``samples - 1`` windows also lets a new or newly quiet
+tenant send ten windows' worth at once; with one window it bursts about one
+window's worth, then gets the bound.
 
 Limits are per gateway. A tenant's quota in the tenancy store is for the
 whole service; the caller passes each call the share for this gateway replica
@@ -77,11 +80,13 @@ older than KIP-219, or one that ignores ``throttle_time_ms``) waits that long
 for its answer; past its request timeout it gives up, reconnects and sends the
 same bytes again, which then count twice.
 
-The price: one request bigger than about ``(max_throttle_s + (samples - 1) *
-window_s) * limit`` bytes (40 s of quota by default) gets through faster than
-the quota. Produce requests are bounded by the broker's ``message.max.bytes``
-and fetches by :meth:`QuotaManager.fetch_cap`, far below that for any quota
-above a few tens of KB/s.
+A throttle never outlasts ``samples * window_s`` (11 s by default) anyway: by
+then every window has expired and the rate is 0. So the cap binds only when
+``samples * window_s`` is set above it, and one request bigger than about
+``min(max_throttle_s, samples * window_s) * limit`` bytes (11 s of quota by
+default) gets through faster than the quota. Fetches are bounded by
+:meth:`QuotaManager.fetch_cap` (one window's worth) and produce batches by the
+broker's ``message.max.bytes`` (about 1 MB, 11 s of a 95 KB/s quota).
 """
 
 MIN_FULL_WINDOWS: Final = 1
@@ -95,8 +100,8 @@ MIN_FETCH_CAP_BYTES: Final = 1024
 class QuotaConfig:
     """How rates are measured and throttles bounded; Kafka's quota settings and defaults.
 
-    ``samples`` must be at least 2 (Kafka allows 1): with one window, the rate
-    right after a tenant's first record would be measured over zero seconds.
+    ``samples`` must be at least 2 (Kafka allows 1, which makes its minimum span
+    of ``samples - 1`` windows zero).
     """
 
     samples: int = DEFAULT_SAMPLES
@@ -113,7 +118,7 @@ class QuotaConfig:
 
 
 class Measurement(NamedTuple):
-    """A rate and the window it was measured over, as ``throttle_ms`` needs both."""
+    """A rate and the span it was measured over (Kafka's ``Rate.measure``, ``Rate.windowSize``)."""
 
     rate: float
     """Bytes per second."""
@@ -206,7 +211,10 @@ class SampledRate:
         window_s = self._config.window_s
         full_windows = math.floor(elapsed / window_s)
         if full_windows < MIN_FULL_WINDOWS:
-            # Count the window a new (or newly quiet) tenant lacks as empty.
+            # Kafka's Rate.windowSize with a minimum of one window, not samples - 1:
+            # a new (or newly quiet) tenant is measured as if the window it lacks
+            # held nothing. The padding stops at the first full window, so the
+            # span drops there from nearly two windows to one, as in Kafka.
             elapsed += (MIN_FULL_WINDOWS - full_windows) * window_s
         return elapsed
 
@@ -223,30 +231,16 @@ class SampledRate:
         """Seconds from ``now`` until the rate is back at ``bound`` if nothing more arrives.
 
         Found by stepping forward a twentieth of a window at a time, so that
-        windows expiring on the way are counted as they expire; at most ``max_s``.
+        windows expiring on the way are counted as they expire: the first step
+        at which the rate is at or under ``bound``. At most ``max_s``; never more than
+        ``samples * window_s``, when every window has expired.
         """
         step = self._config.window_s / 20
-        delay = 0.0
-        while delay < max_s and self._rate_at(now + delay) > bound:
-            delay += step
-        return min(delay, max_s)
-
-
-def throttle_ms(
-    rate: float, bound: float, window: float, max_throttle_ms: int = DEFAULT_MAX_THROTTLE_MS
-) -> int:
-    """Milliseconds to wait for ``rate`` to fall back to ``bound``: Kafka's ``QuotaUtils``.
-
-    ``window`` is the span in seconds ``rate`` was measured over
-    (:meth:`SampledRate.window_size` at the same instant). Rounds half up, as
-    Java's ``Math.round`` does, and never exceeds ``max_throttle_ms``.
-    """
-    if not bound > 0:
-        raise ValueError(f"a quota bound must be positive, got {bound}")
-    if rate <= bound:
-        return 0
-    delay_ms = (rate - bound) / bound * window * 1000
-    return min(math.floor(delay_ms + 0.5), max_throttle_ms)
+        steps = 0
+        # Counting steps, not adding floats, keeps a delay that lands on a step exact.
+        while steps * step < max_s and self._rate_at(now + steps * step) > bound:
+            steps += 1
+        return min(steps * step, max_s)
 
 
 class QuotaManager:
@@ -289,12 +283,12 @@ class QuotaManager:
     def fetch_cap(self, limit: float | None) -> int | None:
         """The most bytes a fetch should ask the broker for under ``limit``; None if unlimited.
 
-        One window's worth of the limit. Kafka allows ``samples - 1`` windows'
-        worth (the most a quiet client can take without being throttled); we
-        ask for less so that a consumer running at its quota earns throttles
-        of about one window each, instead of one ten-second stall per fetch.
-        At least :data:`MIN_FETCH_CAP_BYTES`, so tiny quotas still make whole
-        requests.
+        One window's worth of the limit: as in Kafka, the most a quiet tenant
+        can take without a throttle, which is one window here and ``samples -
+        1`` windows there. A consumer fetching at its quota so earns a throttle
+        of about one window per fetch, where Kafka's size would earn ten
+        seconds. At least :data:`MIN_FETCH_CAP_BYTES`, so tiny quotas still
+        make whole requests.
         """
         if limit is None:
             return None

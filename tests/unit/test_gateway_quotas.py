@@ -1,9 +1,12 @@
-"""Per-tenant byte-rate quotas (shoal.gateway.quotas): Kafka's Rate and throttle arithmetic.
+"""Per-tenant byte-rate quotas (shoal.gateway.quotas): Kafka's Rate, throttles back to the bound.
 
 The clock is a number passed to every call, so each test states the instants
-it means and nothing sleeps. Expected throttles are worked out by hand from
-Kafka's formula, ``(rate - bound) / bound * window``, with the window Kafka's
-``Rate.windowSize`` gives: at least ``(samples - 1) * window_s`` = 10 s.
+it means and nothing sleeps. Expected values are worked out by hand from the
+definitions: a rate is the live bytes over the time since the oldest live
+window started, plus one empty window while that time is under one window; a
+throttle is the first twentieth of a window (50 ms) at which that rate, with
+nothing more recorded, is back at the bound. Byte counts are picked so the
+exact time falls between two steps.
 """
 
 from __future__ import annotations
@@ -17,77 +20,69 @@ from shoal.gateway.quotas import (
     QuotaConfig,
     QuotaManager,
     SampledRate,
-    throttle_ms,
 )
 
 MB = 1_000_000
 KIB = 1024
+MIB = 1024 * KIB
 T0 = 1_000.0
 """An arbitrary monotonic-clock start, so no test leans on time zero."""
 
+ROUND_TRIP_S = 0.002
+"""What a simulated client adds to each throttle before its next request."""
 
-def _greedy_producer(
-    bound: float, duration_s: float, request_bytes: int = 100 * KIB
-) -> list[float]:
-    """The send times of a producer that sends whenever allowed, honouring every throttle."""
+
+def _obedient_producer(request_bytes: int, duration_s: float) -> list[float]:
+    """Send times (from T0) of a producer that sends again as soon as each throttle ends."""
     quotas = QuotaManager()
     now = T0
     sent: list[float] = []
     while now < T0 + duration_s:
-        throttle = quotas.record_produce("acme", request_bytes, bound, now)
+        throttle = quotas.record_produce("acme", request_bytes, MB, now)
         sent.append(now - T0)
-        now += throttle / 1000
+        now += throttle / 1000 + ROUND_TRIP_S
     return sent
 
 
-# Kafka's throttle formula
+def _span_rates(sent: list[float], request_bytes: int, span_s: float) -> list[tuple[float, float]]:
+    """(start, bytes per second) from each send to the first send ``span_s`` or more later.
 
-
-def test_throttle_ms_is_zero_at_or_under_the_bound() -> None:
-    assert throttle_ms(999.0, 1000.0, 10.0) == 0
-    assert throttle_ms(1000.0, 1000.0, 10.0) == 0
-
-
-def test_throttle_ms_is_the_delay_that_brings_the_rate_back_to_the_bound() -> None:
-    # 1.5x the bound over 10 s: waiting 5 s spreads the same bytes over 15 s.
-    assert throttle_ms(1500.0, 1000.0, 10.0) == 5000
-    assert throttle_ms(3000.0, 1000.0, 10.5) == 21_000
-
-
-def test_throttle_ms_rounds_half_up_like_java() -> None:
-    assert throttle_ms(1000.5, 1000.0, 1.0) == 1
-    assert throttle_ms(1002.5, 1000.0, 1.0) == 3
-
-
-def test_throttle_ms_is_capped() -> None:
-    assert throttle_ms(100 * MB, MB, 10.0) == DEFAULT_MAX_THROTTLE_MS
-    assert throttle_ms(100 * MB, MB, 10.0, max_throttle_ms=5000) == 5000
-
-
-def test_throttle_ms_refuses_a_bound_that_is_not_positive() -> None:
-    with pytest.raises(ValueError, match="positive"):
-        throttle_ms(1.0, 0.0, 10.0)
+    Measured send to send, so each request is paired with the throttle it
+    earned: a span cut at fixed instants gains or loses a whole request at its
+    edges, which for 1 MiB requests is 5% of 20 s at 1 MB/s.
+    """
+    rates = []
+    for i, start in enumerate(sent):
+        j = bisect.bisect_left(sent, start + span_s)
+        if j == len(sent):
+            break
+        rates.append((start, (j - i) * request_bytes / (sent[j] - start)))
+    return rates
 
 
 # Measuring a rate
 
 
-def test_a_first_burst_is_measured_over_the_minimum_window() -> None:
+def test_a_first_burst_is_measured_over_one_window() -> None:
     rate = SampledRate()
     rate.record(1000, T0)
-    # Not 1000 bytes over 0 s: the ten missing windows count as empty.
-    assert rate.window_size(T0) == 10.0
-    assert rate.rate(T0) == 100.0
-    assert rate.window_size(T0 + 0.5) == 10.5
-    assert rate.rate(T0 + 0.5) == pytest.approx(1000 / 10.5)
+    # Not 1000 bytes over 0 s: the missing window counts as empty.
+    assert rate.window_size(T0) == 1.0
+    assert rate.rate(T0) == 1000.0
+    assert rate.window_size(T0 + 0.5) == 1.5
+    assert rate.rate(T0 + 0.5) == pytest.approx(1000 / 1.5)
 
 
-def test_the_window_grows_past_the_minimum_once_enough_time_has_passed() -> None:
+def test_the_padding_stops_at_the_first_full_window() -> None:
     rate = SampledRate()
     rate.record(1000, T0)
-    rate.record(1000, T0 + 10.5)
-    assert rate.window_size(T0 + 10.5) == pytest.approx(10.5)
-    assert rate.rate(T0 + 10.5) == pytest.approx(2000 / 10.5)
+    assert rate.window_size(T0 + 0.99) == pytest.approx(1.99)
+    # As in Kafka's Rate.windowSize, the span drops back to the time elapsed.
+    assert rate.window_size(T0 + 1.0) == 1.0
+    assert rate.rate(T0 + 1.0) == 1000.0
+    rate.record(1000, T0 + 2.5)
+    assert rate.window_size(T0 + 2.5) == 2.5
+    assert rate.rate(T0 + 2.5) == pytest.approx(2000 / 2.5)
 
 
 def test_old_samples_expire_after_samples_times_window() -> None:
@@ -95,7 +90,7 @@ def test_old_samples_expire_after_samples_times_window() -> None:
     rate.record(5000, T0)
     assert rate.rate(T0 + 10.99) == pytest.approx(5000 / 10.99)
     assert rate.rate(T0 + 11.0) == 0.0
-    assert rate.window_size(T0 + 11.0) == 10.0
+    assert rate.window_size(T0 + 11.0) == 1.0
 
 
 def test_a_window_counts_until_its_last_record_expires_not_its_first() -> None:
@@ -107,12 +102,12 @@ def test_a_window_counts_until_its_last_record_expires_not_its_first() -> None:
     assert rate.rate(T0 + 12.0) == 0.0
 
 
-def test_a_quiet_spell_is_measured_as_empty_windows() -> None:
+def test_a_quiet_spell_is_measured_as_an_empty_window() -> None:
     rate = SampledRate()
     rate.record(MB, T0)
     rate.record(1000, T0 + 60)
-    # The old burst has expired and the new record starts over at the minimum window.
-    assert rate.rate(T0 + 60) == 100.0
+    # The old burst has expired and the new record starts over at one window.
+    assert rate.rate(T0 + 60) == 1000.0
 
 
 def test_quota_config_rejects_settings_that_cannot_measure() -> None:
@@ -135,48 +130,54 @@ def test_under_quota_is_not_throttled() -> None:
         assert quotas.record_fetch("acme", 100_000, MB, T0 + 0.2 * i) == 0
 
 
-def test_a_burst_over_quota_earns_kafkas_throttle() -> None:
+def test_a_burst_waits_until_the_rate_is_back_at_the_bound() -> None:
     quotas = QuotaManager()
-    assert quotas.record_produce("acme", 10 * MB, MB, T0) == 0  # Exactly the bound.
-    # 20 MB over the 10 s minimum window is 2 MB/s: 10 s to spread it over 20 s.
-    assert quotas.record_produce("acme", 10 * MB, MB, T0) == 10_000
-    # 0.5 s later the same bytes sit in a 10.5 s window: (20 / 10.5 - 1) * 10.5 s.
-    assert quotas.record_produce("acme", 0, MB, T0 + 0.5) == 9500
+    assert quotas.record_produce("acme", MB, MB, T0) == 0  # One window at the bound.
+    # 2.02 MB: over 1 + d s while padded, that never reaches the bound before
+    # the padding stops at d = 1 s; then 2.02 MB / d s reaches it at 2.02 s.
+    # Kafka's formula would say (2.02 - 1) * 1 s = 1.02 s.
+    assert quotas.record_produce("acme", 1_020_000, MB, T0) == 2050
+    # 0.5 s later the same bytes need 1.52 s more.
+    assert quotas.record_produce("acme", 0, MB, T0 + 0.5) == 1550
 
 
-def test_a_fetch_burst_over_quota_earns_kafkas_throttle() -> None:
+def test_a_throttle_is_rounded_up_to_a_twentieth_of_a_window() -> None:
+    # 1.52 MB over 1 + d s is at the bound at d = 0.52 s.
+    assert QuotaManager().record_produce("acme", 1_520_000, MB, T0) == 550
+    # 3.03 MB is back at the bound at 3.03 s (the padding is gone by then).
+    assert QuotaManager().record_fetch("acme", 3_030_000, MB, T0) == 3050
+
+
+def test_a_throttle_ends_when_old_windows_expire() -> None:
     quotas = QuotaManager()
-    assert quotas.record_fetch("acme", 30 * MB, MB, T0) == 20_000
+    # 12 MB never falls to the bound while it counts: the throttle ends when
+    # its window expires, samples * window_s = 11 s later.
+    assert quotas.record_produce("acme", 12 * MB, MB, T0) == 11_000
+    # 12.1 MB over 10.52 s is over the bound; Kafka's formula would throttle
+    # (12.1 / 10.52 - 1) * 10.52 s = 1.58 s. The 12 MB window expires 0.48 s
+    # on, leaving 0.1 MB over 1.48 s: 0.5 s.
+    assert quotas.record_produce("acme", MB // 10, MB, T0 + 10.52) == 500
 
 
-def test_the_throttle_is_capped() -> None:
-    quotas = QuotaManager()
-    assert quotas.record_produce("acme", 1000 * MB, MB, T0) == DEFAULT_MAX_THROTTLE_MS
+def test_the_throttle_is_capped_and_never_outlasts_the_windows() -> None:
+    assert QuotaManager().record_produce("acme", 1000 * MB, MB, T0) == 11_000
     small_cap = QuotaManager(QuotaConfig(max_throttle_ms=2000))
     assert small_cap.record_produce("acme", 1000 * MB, MB, T0) == 2000
+    long_windows = QuotaManager(QuotaConfig(samples=50))
+    assert long_windows.record_produce("acme", 1000 * MB, MB, T0) == DEFAULT_MAX_THROTTLE_MS
 
 
-def test_a_client_that_honours_every_throttle_gets_the_bound_in_the_long_run() -> None:
-    # Ten minutes, measured after a two-minute warm-up: the span must be long
-    # next to the bursts Kafka's window allows (see the next test).
-    sent = _greedy_producer(MB, 600)
-    late = [t for t in sent if t >= 120]
-    achieved = len(late) * 100 * KIB / 480
-    assert achieved == pytest.approx(MB, rel=0.05)
-
-
-def test_any_span_gets_the_bound_give_or_take_one_measuring_span() -> None:
-    # What Kafka's sliding window promises a greedy client over a short span:
-    # whenever its windows empty it may send (samples - 1) windows' worth at
-    # once, so 40 s of a one-minute run can be ~10% over or under the bound.
-    sent = _greedy_producer(MB, 60)
-    slack = 11 * MB + 100 * KIB  # samples * window_s of quota, plus one request.
-    for span in (5.0, 11.0, 40.0):
-        for i, start in enumerate(sent):
-            if start + span > 60:
-                break
-            moved = (bisect.bisect_left(sent, start + span) - i) * 100 * KIB
-            assert abs(moved - MB * span) <= slack, (span, start)
+@pytest.mark.parametrize("request_bytes", [16 * KIB, 100 * KIB, MIB])
+def test_a_client_that_waits_out_every_throttle_gets_the_bound(request_bytes: int) -> None:
+    sent = _obedient_producer(request_bytes, 120)
+    rates = _span_rates(sent, request_bytes, 20)
+    first_start, first_rate = rates[0]
+    assert first_start == 0.0
+    assert first_rate == pytest.approx(MB, rel=0.10)
+    late = [(start, rate) for start, rate in rates if start >= 20]
+    assert len(late) > 60 * MB / request_bytes  # Spans starting over at least a minute.
+    for start, rate in late:
+        assert rate == pytest.approx(MB, rel=0.03), start
 
 
 def test_tenants_are_independent() -> None:
@@ -196,7 +197,7 @@ def test_tenants_are_independent() -> None:
 def test_produce_and_fetch_are_measured_apart() -> None:
     quotas = QuotaManager()
     assert quotas.record_produce("acme", 50 * MB, MB, T0) > 0
-    assert quotas.record_fetch("acme", 5 * MB, MB, T0) == 0
+    assert quotas.record_fetch("acme", MB, MB, T0) == 0  # One window at the bound.
 
 
 def test_an_unlimited_direction_keeps_no_state() -> None:
@@ -232,9 +233,10 @@ def test_forget_drops_a_tenants_state_in_both_directions() -> None:
 
 def test_a_changed_limit_applies_to_bytes_already_measured() -> None:
     quotas = QuotaManager()
-    assert quotas.record_produce("acme", 10 * MB, 2 * MB, T0) == 0
-    # Same 1 MB/s measured rate, now against half the bound: 10 s more.
-    assert quotas.record_produce("acme", 0, MB / 2, T0) == 10_000
+    assert quotas.record_produce("acme", 1_010_000, 2 * MB, T0) == 0
+    # The same 1.01 MB against 0.5 MB/s: over 1 + d s it stays above 0.5 MB/s
+    # until the padding stops at 1 s; over d s it reaches it at 2.02 s.
+    assert quotas.record_produce("acme", 0, MB / 2, T0) == 2050
 
 
 def test_a_limit_that_is_not_positive_is_refused() -> None:
@@ -264,11 +266,20 @@ def test_fetch_cap_is_none_when_unlimited() -> None:
     assert QuotaManager().fetch_cap(None) is None
 
 
-def test_a_fetch_of_one_cap_at_the_bound_earns_about_one_window_of_throttle() -> None:
+def test_a_consumer_fetching_one_cap_at_a_time_waits_one_window_per_fetch() -> None:
     quotas = QuotaManager()
     cap = quotas.fetch_cap(MB)
     assert cap is not None
-    # Already at the bound (10 MB over the 10 s minimum window), one more
-    # capped response: (11 / 10 - 1) * 10 s = 1 s.
-    assert quotas.record_fetch("acme", 10 * MB, MB, T0) == 0
-    assert quotas.record_fetch("acme", cap, MB, T0) == 1000
+    now = T0
+    throttles = []
+    for _ in range(60):
+        throttle = quotas.record_fetch("acme", cap, MB, now)
+        throttles.append(throttle)
+        now += throttle / 1000 + ROUND_TRIP_S
+    # The first cap is free (one window at the bound). The second makes two
+    # windows' worth, back at the bound once 2 s have passed since the first
+    # (the padded span never gets there). From then on each cap needs one
+    # more window: while nothing has expired the span grows by it, and once
+    # windows expire, one cap's window leaves as the next one arrives.
+    assert throttles[:2] == [0, 2000]
+    assert set(throttles[2:]) == {1000}
