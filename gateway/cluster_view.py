@@ -47,6 +47,8 @@ class ClusterView:
         self.partition_counts: dict[str, int] = {}
         self._topic_ids: dict[uuid.UUID, str] = {}
         self._last_id_refresh = 0.0
+        self.brokers_changed = asyncio.Event()
+        """Set when an answer names a broker the gateway has no port for yet."""
 
     async def _connection(self) -> BrokerConnection:
         if self._control is not None and not self._control.closed:
@@ -96,6 +98,10 @@ class ClusterView:
             client_software_version="1",
         )
         return {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
+
+    def notice_broker(self, node_id: int) -> None:
+        if node_id not in self.brokers:
+            self.brokers_changed.set()
 
     def remember_topic_ids(self, ids: Mapping[uuid.UUID, str]) -> None:
         self._topic_ids.update(ids)

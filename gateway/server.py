@@ -83,8 +83,10 @@ class ListenerLookups:
         self._cluster.remember_topic_ids(ids)
 
     def gateway_address(self, node_id: int) -> tuple[str, int] | None:
-        if node_id not in self._cluster.brokers:
+        if node_id < 0:
             return None
+        # A broker that joined since the last refresh gets its port within moments.
+        self._cluster.notice_broker(node_id)
         return self._listener.advertised_host, self._listener.broker_port(node_id)
 
 
@@ -260,8 +262,13 @@ class Gateway:
         )
 
     async def _refresh_brokers(self, services: GatewayServices) -> None:
+        changed = services.cluster.brokers_changed
         while True:
-            await asyncio.sleep(self.config.metadata_refresh_interval_ms / 1000)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(
+                    changed.wait(), self.config.metadata_refresh_interval_ms / 1000
+                )
+            changed.clear()
             try:
                 await services.cluster.refresh()
                 await self._bind_brokers(services)
