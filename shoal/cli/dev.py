@@ -1,16 +1,24 @@
 """``shoal dev``: a local cluster on loopback, for development and for trying Shoal.
 
-Starts a real etcd and three brokers as child processes with their data
-under ``--data-dir`` (kept across runs), waits until every broker answers,
-and writes two files for clients:
+Starts a real etcd, three brokers and the gateway as child processes with
+their data under ``--data-dir`` (kept across runs), waits until all of them
+answer, makes sure tenant ``demo`` exists with an API key, and writes two
+files for clients:
 
-* ``<data-dir>/client.properties``: librdkafka settings (``kcat -F``,
-  ``shoal topic -F``, any librdkafka client);
-* ``<data-dir>/dev.env``: ``SHOAL_BOOTSTRAP`` and ``SHOAL_ETCD`` for ``source``.
+* ``<data-dir>/client.properties``: librdkafka settings for tenant ``demo``
+  through the gateway, SASL included (``kcat -F``, ``shoal topic -F``, any
+  librdkafka client);
+* ``<data-dir>/dev.env``: ``SHOAL_BOOTSTRAP`` (the gateway), ``SHOAL_BROKERS``
+  (the brokers' internal listeners, for platform commands such as ``shoal
+  tenant delete``) and ``SHOAL_ETCD``, for ``source``.
 
-Brokers listen on ``--port`` and the two ports after it. Topics default to
-replication factor 3 and ``min.insync.replicas=2``, as a production cluster
-would run: one broker can stop without stopping acks=all writes.
+The gateway's bootstrap port is ``--port`` and broker ``n`` is reached through
+it at ``--port`` + 1 + n. The brokers listen on loopback only, on
+``--broker-port`` and the two ports after it: tenants never reach them. Topics
+default to replication factor 3 and ``min.insync.replicas=2``, as a
+production cluster would run: one broker can stop without stopping acks=all
+writes. The demo key is made once and kept in ``<data-dir>/demo-key.json``
+(mode 0600) for the next runs.
 
 The data directory is locked while it runs, so a second ``shoal dev`` on
 it says so and stops. Children run in their own sessions: Ctrl-C or
@@ -29,6 +37,7 @@ import shutil
 import signal
 import socket
 import sys
+import time
 from pathlib import Path
 from typing import Annotated, Final
 
@@ -39,8 +48,13 @@ from rich.panel import Panel
 from shoal.cli.running import run_until_signalled
 from shoal.etcd_process import EtcdProcess
 from shoal.locking import DirectoryLock, DirectoryLockedError
+from shoal.tenancy.acl import default_bindings
+from shoal.tenancy.model import ApiKey, Tenant
+from shoal.tenancy.secrets import hash_secret, new_key_id, new_secret
+from shoal.tenancy.store import TenancyStore
 
-_READY_EVENT: Final = b"event=broker_ready"
+_READY_EVENTS: Final = (b"event=broker_ready", b"event=gateway_ready")
+DEMO_TENANT: Final = "demo"
 _READY_TIMEOUT_S: Final = 120.0
 _STOP_TIMEOUT_S: Final = 60.0
 BROKERS: Final = 3
@@ -69,14 +83,21 @@ def dev(
         int,
         typer.Option(
             envvar="SHOAL_DEV_PORT",
-            help="Kafka port of broker 0; brokers 1 and 2 take the next two.",
+            help="The gateway's Kafka bootstrap port; broker n is reached at port + 1 + n.",
         ),
     ] = 9092,
+    broker_port: Annotated[
+        int,
+        typer.Option(
+            envvar="SHOAL_DEV_BROKER_PORT",
+            help="Internal (loopback) port of broker 0; brokers 1 and 2 take the next two.",
+        ),
+    ] = 19092,
     etcd_port: Annotated[
         int, typer.Option(envvar="SHOAL_DEV_ETCD_PORT", help="etcd client port (peer: +1).")
     ] = 2379,
 ) -> None:
-    """Run etcd and three brokers on loopback until Ctrl-C."""
+    """Run etcd, three brokers and the gateway on loopback until Ctrl-C."""
     data_dir = data_dir.resolve()
     try:
         lock = DirectoryLock(data_dir)
@@ -84,11 +105,13 @@ def dev(
         typer.echo(f"shoal dev: {exc}", err=True)
         raise typer.Exit(1) from exc
     try:
-        wanted = [(port + i, f"Kafka, broker {i}") for i in range(BROKERS)]
+        wanted = [(broker_port + i, f"broker {i}") for i in range(BROKERS)]
+        wanted += [(port, "gateway bootstrap")]
+        wanted += [(port + 1 + i, f"gateway, broker {i}") for i in range(BROKERS)]
         wanted += [(etcd_port, "etcd"), (etcd_port + 1, "etcd peer")]
         for number, what in wanted:
             _check_port_free(number, what)
-        cluster = DevCluster(data_dir, port, etcd_port)
+        cluster = DevCluster(data_dir, port, broker_port, etcd_port)
         run_until_signalled(cluster.run)
         if cluster.failure:
             typer.echo(f"shoal dev: {cluster.failure}", err=True)
@@ -98,15 +121,22 @@ def dev(
 
 
 class DevCluster:
-    def __init__(self, data_dir: Path, port: int, etcd_port: int) -> None:
+    def __init__(self, data_dir: Path, port: int, broker_port: int, etcd_port: int) -> None:
         self.data_dir = data_dir
         self.port = port
+        self.broker_port = broker_port
         self.etcd_port = etcd_port
         self.failure: str | None = None
 
     @property
     def bootstrap(self) -> str:
-        return ",".join(f"127.0.0.1:{self.port + i}" for i in range(BROKERS))
+        """The gateway: where tenants connect."""
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def brokers(self) -> str:
+        """The brokers' internal listeners: the platform's, never a tenant's."""
+        return ",".join(f"127.0.0.1:{self.broker_port + i}" for i in range(BROKERS))
 
     async def run(self, stop: asyncio.Event) -> None:
         with open(self.data_dir / "etcd.log", "ab") as etcd_log:  # noqa: ASYNC230 - once, at start
@@ -118,6 +148,7 @@ class DevCluster:
                 await etcd.stop()
                 return
             brokers: list[asyncio.subprocess.Process] = []
+            gateway: asyncio.subprocess.Process | None = None
             pumps: list[asyncio.Task[None]] = []
             try:
                 readiness = []
@@ -127,19 +158,36 @@ class DevCluster:
                     brokers.append(broker)
                     readiness.append(ready)
                     pumps.append(asyncio.create_task(_pump(broker, f"broker-{node}", ready)))
-                if await self._until_ready(brokers, readiness, stop):
-                    self._write_client_files(etcd.url)
-                    self._announce(etcd.url)
+                ready = await self._until_ready(brokers, readiness, stop)
+                if ready:
+                    # After the brokers, so that the gateway opens a port for each at once.
+                    gateway = await self._start_gateway(etcd.url)
+                    gateway_ready = asyncio.Event()
+                    pumps.append(asyncio.create_task(_pump(gateway, "gateway", gateway_ready)))
+                    ready = await self._until_ready([*brokers, gateway], [gateway_ready], stop)
+                if ready and gateway is not None:
+                    key_id, secret = await self._demo_key(etcd.url)
+                    self._write_client_files(etcd.url, key_id, secret)
+                    self._announce(etcd.url, key_id)
                     # A broker that dies is reported, and the others carry on: that is
                     # what replication is for, and how to try a failover here.
-                    await _first_of(stop.wait(), _all_exited(brokers))
+                    await _first_of(stop.wait(), _all_exited(brokers), gateway.wait())
                     if not stop.is_set():
-                        self.failure = "every broker exited"
-                # One at a time, last first: each hands its leaderships to the others.
+                        self.failure = (
+                            f"the gateway exited with status {gateway.returncode}"
+                            if gateway.returncode is not None
+                            else "every broker exited"
+                        )
+                # The gateway first (clients stop), then brokers one at a time, last
+                # first: each hands its leaderships to the others.
+                if gateway is not None:
+                    await _terminate(gateway)
                 for broker in reversed(brokers):
                     await _terminate(broker)
                 await asyncio.gather(*pumps)
             finally:
+                if gateway is not None:
+                    await _terminate(gateway)
                 for broker in brokers:
                     await _terminate(broker)
                 await etcd.stop()
@@ -154,13 +202,51 @@ class DevCluster:
             "broker",
             f"--node-id={node}",
             f"--data-dir={self.data_dir / f'broker-{node}'}",
-            f"--listen=127.0.0.1:{self.port + node}",
+            f"--listen=127.0.0.1:{self.broker_port + node}",
             f"--etcd={etcd_url}",
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
             start_new_session=True,
             env=env,
         )
+
+    async def _start_gateway(self, etcd_url: str) -> asyncio.subprocess.Process:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        return await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-P",
+            "-m",
+            "shoal",
+            "gateway",
+            f"--listen=127.0.0.1:{self.port}",
+            f"--upstream={self.brokers}",
+            f"--etcd={etcd_url}",
+            "--gateway-id=dev",
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            start_new_session=True,
+            env=env,
+        )
+
+    async def _demo_key(self, etcd_url: str) -> tuple[str, str]:
+        """Tenant ``demo`` and a key for it: made on the first run, reused after."""
+        saved = self.data_dir / "demo-key.json"
+        async with TenancyStore(etcd_url) as store:
+            if await store.get_tenant(DEMO_TENANT) is None:
+                await store.create_tenant(Tenant(DEMO_TENANT, _now_ms()))
+            if saved.exists():
+                known = json.loads(saved.read_text())
+                key = await store.get_key(known["key_id"])
+                if key is not None and not key.revoked and key.tenant == DEMO_TENANT:
+                    return known["key_id"], known["secret"]
+            key_id, secret = new_key_id(), new_secret()
+            await store.add_key(
+                ApiKey(key_id, DEMO_TENANT, hash_secret(secret), _now_ms(), "shoal dev"),
+                default_bindings(DEMO_TENANT, key_id),
+            )
+        saved.touch(mode=0o600)
+        saved.write_text(json.dumps({"key_id": key_id, "secret": secret}))
+        return key_id, secret
 
     async def _until_ready(
         self,
@@ -178,32 +264,40 @@ class DevCluster:
                 _READY_TIMEOUT_S,
             )
         except TimeoutError:
-            self.failure = f"the brokers were not ready after {_READY_TIMEOUT_S:.0f}s"
+            self.failure = f"the cluster was not ready after {_READY_TIMEOUT_S:.0f}s"
             return False
-        for node, broker in enumerate(brokers):
-            if broker.returncode is not None:
-                self.failure = (
-                    f"broker {node} exited with status {broker.returncode} while starting"
-                )
+        for node, child in enumerate(brokers):
+            if child.returncode is not None:
+                what = f"broker {node}" if node < BROKERS else "the gateway"
+                self.failure = f"{what} exited with status {child.returncode} while starting"
                 return False
         return all(ready.is_set() for ready in readiness)
 
-    def _write_client_files(self, etcd_url: str) -> None:
-        (self.data_dir / "client.properties").write_text(
-            "# Written by `shoal dev`: librdkafka settings for this local cluster.\n"
+    def _write_client_files(self, etcd_url: str, key_id: str, secret: str) -> None:
+        properties = self.data_dir / "client.properties"
+        properties.touch(mode=0o600)
+        properties.write_text(
+            "# Written by `shoal dev`: librdkafka settings for tenant demo, through the gateway.\n"
             "# Use with kcat -F, shoal topic -F, or any librdkafka client.\n"
             f"bootstrap.servers={self.bootstrap}\n"
+            "security.protocol=SASL_PLAINTEXT\n"
+            "sasl.mechanism=PLAIN\n"
+            f"sasl.username={key_id}\n"
+            f"sasl.password={secret}\n"
         )
         (self.data_dir / "dev.env").write_text(
             "# Written by `shoal dev`: source it to point the shoal CLI at this cluster.\n"
             f"export SHOAL_BOOTSTRAP={self.bootstrap}\n"
+            f"export SHOAL_BROKERS={self.brokers}\n"
             f"export SHOAL_ETCD={etcd_url}\n"
-            f"export SHOAL_CLIENT_CONFIG={self.data_dir / 'client.properties'}\n"
+            f"export SHOAL_CLIENT_CONFIG={properties}\n"
         )
 
-    def _announce(self, etcd_url: str) -> None:
+    def _announce(self, etcd_url: str, key_id: str) -> None:
         text = (
-            f"bootstrap   {self.bootstrap}  (3 brokers, replication factor 3)\n"
+            f"bootstrap   {self.bootstrap}  (gateway, SASL/PLAIN; 3 brokers, RF 3)\n"
+            f"tenant      {DEMO_TENANT}, key {key_id} (secret in client.properties)\n"
+            f"brokers     {self.brokers}  (internal, loopback only)\n"
             f"etcd        {etcd_url}\n"
             f"data        {self.data_dir}\n"
             f"client      {self.data_dir / 'client.properties'}\n"
@@ -215,6 +309,10 @@ class DevCluster:
             "Ctrl-C stops everything; data stays for the next run."
         )
         Console(stderr=True).print(Panel(text, title="shoal dev is ready", expand=False))
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 def _shoal_command() -> str:
@@ -251,7 +349,7 @@ async def _pump(process: asyncio.subprocess.Process, name: str, ready: asyncio.E
     while line := await process.stdout.readline():
         sys.stderr.buffer.write(prefix + line)
         sys.stderr.buffer.flush()
-        if _READY_EVENT in line:
+        if any(event in line for event in _READY_EVENTS):
             ready.set()
 
 

@@ -1,5 +1,6 @@
-"""`shoal dev`: a local three-broker cluster that starts, serves kcat, refuses a
-second copy, keeps its data across runs and stops every child on SIGTERM."""
+"""`shoal dev`: a local three-broker cluster behind the gateway that starts, serves
+kcat as tenant demo, refuses a second copy, keeps its data and its demo key
+across runs and stops every child on SIGTERM."""
 
 from __future__ import annotations
 
@@ -10,14 +11,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+from gateway_env import free_port_block
 from harness import free_port, wait_until
 
 
-def start_dev(data_dir: Path, port: int, etcd_port: int) -> subprocess.Popen[bytes]:
+def start_dev(
+    data_dir: Path, port: int, broker_port: int, etcd_port: int
+) -> subprocess.Popen[bytes]:
     with open(data_dir.parent / "dev-output.log", "ab") as output:
         return subprocess.Popen(
             [sys.executable, "-P", "-m", "shoal", "dev", f"--data-dir={data_dir}",
-             f"--port={port}", f"--etcd-port={etcd_port}"],
+             f"--port={port}", f"--broker-port={broker_port}", f"--etcd-port={etcd_port}"],
             stdout=output,
             stderr=output,
         )  # fmt: skip
@@ -52,20 +56,37 @@ def kcat(properties: Path, *args: str, stdin: bytes | None = None) -> bytes:
 
 def test_dev_cluster_lifecycle(tmp_path: Path) -> None:
     data_dir = tmp_path / "shoal"
-    port, etcd_port = free_port(), free_port()
-    dev = start_dev(data_dir, port, etcd_port)
+    port, broker_port, etcd_port = free_port_block(4), free_port_block(3), free_port()
+    dev = start_dev(data_dir, port, broker_port, etcd_port)
     try:
         properties = data_dir / "client.properties"
         wait_until(properties.exists, 90, "client.properties")
-        bootstrap = f"127.0.0.1:{port},127.0.0.1:{port + 1},127.0.0.1:{port + 2}"
-        assert f"bootstrap.servers={bootstrap}" in properties.read_text()
+        settings = dict(
+            line.split("=", 1) for line in properties.read_text().splitlines() if "=" in line
+        )
+        # Tenants reach the gateway, with SASL; the brokers are not theirs to see.
+        assert settings["bootstrap.servers"] == f"127.0.0.1:{port}"
+        assert settings["security.protocol"] == "SASL_PLAINTEXT"
+        assert settings["sasl.mechanism"] == "PLAIN"
+        key_id = settings["sasl.username"]
+        assert settings["sasl.password"]
         env_file = (data_dir / "dev.env").read_text()
-        assert f"SHOAL_BOOTSTRAP={bootstrap}" in env_file
+        assert f"SHOAL_BOOTSTRAP=127.0.0.1:{port}" in env_file
+        brokers = ",".join(f"127.0.0.1:{broker_port + n}" for n in range(3))
+        assert f"SHOAL_BROKERS={brokers}" in env_file
         assert f"SHOAL_ETCD=http://127.0.0.1:{etcd_port}" in env_file
 
         listing = kcat(properties, "-L")
         assert b"3 brokers:" in listing
-        assert all(b"broker %d at 127.0.0.1" % node in listing for node in range(3))
+        assert all(
+            b"broker %d at 127.0.0.1:%d" % (node, port + 1 + node) in listing for node in range(3)
+        )
+        keys = subprocess.run(
+            [sys.executable, "-P", "-m", "shoal", "key", "list", "demo",
+             f"--etcd=http://127.0.0.1:{etcd_port}", "-o", "json"],
+            check=True, capture_output=True, timeout=60,
+        )  # fmt: skip
+        assert [k["key_id"] for k in json.loads(keys.stdout)] == [key_id]
         # What the README tells a newcomer to do: source the file, then use the CLI.
         listed = subprocess.run(
             ["bash", "-c", f"source {data_dir / 'dev.env'} && {sys.executable} -P -m shoal "
@@ -92,7 +113,8 @@ def test_dev_cluster_lifecycle(tmp_path: Path) -> None:
 
         second = subprocess.run(
             [sys.executable, "-P", "-m", "shoal", "dev", f"--data-dir={data_dir}",
-             f"--port={free_port()}", f"--etcd-port={free_port()}"],
+             f"--port={free_port_block(4)}", f"--broker-port={free_port_block(3)}",
+             f"--etcd-port={free_port()}"],
             capture_output=True,
             timeout=60,
         )  # fmt: skip
@@ -100,7 +122,11 @@ def test_dev_cluster_lifecycle(tmp_path: Path) -> None:
         assert b"in use by another process" in second.stderr
 
         children = child_pids(dev.pid)
-        assert len(children) == 4, "etcd and three brokers"
+        assert len(children) == 5, "etcd, three brokers and the gateway"
+        for pid in children:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            if b"broker" in argv:
+                assert any(a.startswith(b"--listen=127.0.0.1:") for a in argv), "loopback only"
         # One broker dying is reported; the cluster carries on without it.
         (broker_2,) = [
             p for p in children if b"--node-id=2" in Path(f"/proc/{p}/cmdline").read_bytes()
@@ -122,9 +148,10 @@ def test_dev_cluster_lifecycle(tmp_path: Path) -> None:
             dev.wait()
 
     properties.unlink()
-    again = start_dev(data_dir, port, etcd_port)
+    again = start_dev(data_dir, port, broker_port, etcd_port)
     try:
         wait_until(properties.exists, 90, "client.properties after restart")
+        assert f"sasl.username={key_id}" in properties.read_text(), "the demo key is kept"
         assert kcat(properties, "-C", "-t", "dev-topic", "-e", "-q") == b"one\ntwo\nthree\n"
     finally:
         again.send_signal(signal.SIGINT)
