@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -80,5 +81,74 @@ def broker(
         for item in request.session.items
         if item.module is request.module
     )
+    _teardown(started, failed)
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@dataclass
+class GatewayCluster:
+    """Brokers, and a gateway in front of them with a plain and a TLS listener."""
+
+    etcd_url: str
+    brokers: list[BrokerProcess]
+    gateway: Any
+    root: Path
+
+    @property
+    def internal_bootstrap(self) -> str:
+        return ",".join(b.bootstrap for b in self.brokers)
+
+    def tenant(self, name: str, **kwargs: Any) -> Any:
+        from gateway_env import make_tenant
+
+        return make_tenant(self.etcd_url, self.gateway, name, **kwargs)
+
+
+def start_gateway_cluster(
+    etcd: EtcdServer, root: Path, brokers: int, gateway_env: dict[str, str] | None = None
+) -> tuple[GatewayCluster, list[BrokerProcess]]:
+    from gateway_env import GatewayProcess, TlsFiles
+
+    started: list[BrokerProcess] = []
+    chroot = etcd.chroot_url()
+    env = {
+        "SHOAL_DEFAULT_REPLICATION_FACTOR": str(brokers),
+        "SHOAL_OFFSETS_TOPIC_REPLICATION_FACTOR": str(brokers),
+        "SHOAL_OFFSETS_TOPIC_NUM_PARTITIONS": "6",
+        "SHOAL_GROUP_INITIAL_REBALANCE_DELAY_MS": "0",
+    }
+    processes = []
+    for node in range(brokers):
+        broker = BrokerProcess(chroot, root / f"broker-{node}", node, env=env)
+        started.append(broker)
+        processes.append(broker)
+    for broker in processes:
+        broker.start()
+    upstream = ",".join(b.bootstrap for b in processes)
+    gateway = GatewayProcess(
+        chroot, upstream, root, tls=TlsFiles.make(root / "tls"), env=gateway_env, brokers=brokers
+    )
+    gateway.start()
+    return GatewayCluster(chroot, processes, gateway, root), started
+
+
+@pytest.fixture(scope="module")
+def gateway_cluster(
+    etcd: EtcdServer, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[GatewayCluster]:
+    """Three brokers behind one gateway, shared by a module's tests (own tenants each)."""
+    root = tmp_path_factory.mktemp("gateway-cluster")
+    cluster, started = start_gateway_cluster(etcd, root, brokers=3)
+    yield cluster
+    failed = any(
+        getattr(item, "report_call", None) is not None and item.report_call.failed
+        for item in request.session.items
+        if item.module is request.module
+    )
+    if cluster.gateway.running:
+        cluster.gateway.stop()
+    if failed:
+        print(f"\n----- gateway log ({cluster.gateway.log_path}) -----")
+        print(cluster.gateway.log_tail())
     _teardown(started, failed)
     shutil.rmtree(root, ignore_errors=True)
