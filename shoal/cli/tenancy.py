@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.table import Table
 
 from shoal.cli.admin import admin_client, cluster_metadata, wait
-from shoal.cli.client import BootstrapOption, ConfigFileOption, OutputOption, PropertyOption
+from shoal.cli.client import OutputOption, PropertyOption
 from shoal.tenancy.acl import default_bindings, read_only_bindings
 from shoal.tenancy.model import (
     WILDCARD,
@@ -163,13 +163,28 @@ def tenant_describe(name: str, etcd: EtcdOption, output: OutputOption = "table")
 def tenant_delete(
     name: str,
     etcd: EtcdOption,
-    bootstrap: BootstrapOption = None,
-    config_file: ConfigFileOption = None,
+    brokers: Annotated[
+        str | None,
+        typer.Option(
+            "--brokers",
+            envvar="SHOAL_BROKERS",
+            help="The brokers' internal listeners (not the gateway: tenants cannot see"
+            " each other's topics, and this must).",
+        ),
+    ] = None,
+    brokers_config: Annotated[
+        Path | None,
+        typer.Option(
+            help="librdkafka properties for the internal listeners, if they need any.",
+            exists=True,
+            dir_okay=False,
+        ),
+    ] = None,
     properties: PropertyOption = None,
 ) -> None:
     """Delete a tenant: its topics and groups on the brokers, then its keys and bindings."""
     _run(etcd, lambda store: store.require_tenant(name))
-    topics, groups = _delete_broker_resources(name, bootstrap, config_file, properties)
+    topics, groups = _delete_broker_resources(name, brokers, brokers_config, properties)
     keys = _run(etcd, lambda store: store.delete_tenant(name))
     typer.echo(f"deleted tenant {name}: {topics} topics, {groups} groups, {len(keys)} keys revoked")
 

@@ -124,7 +124,7 @@ def test_deleting_a_tenant_deletes_its_topics_groups_keys_and_acls(
         consumer.commit(offsets=[TopicPartition("other.orders", 0, 0)], asynchronous=False)
         consumer.close()
 
-    done = shoal("tenant", "delete", "acme", "--etcd", url, "--bootstrap", broker.bootstrap)
+    done = shoal("tenant", "delete", "acme", "--etcd", url, "--brokers", broker.bootstrap)
     assert "2 topics, 1 groups, 1 keys" in done.stdout
     assert set(admin.list_topics(timeout=10).topics) - {"__consumer_offsets"} == {"other.orders"}
     groups = {g.group_id for g in admin.list_consumer_groups().result(30).valid}
