@@ -137,10 +137,22 @@ def rename_topics(entities: Any, ns: Namespace) -> tuple[Any, ...]:
         name = ns.outward(broker_name)
         if name is None:
             continue
-        changes = {key: name}
-        message = getattr(entity, "error_message", None)
-        if message and broker_name in message:
-            # "Topic 'acme.orders' already exists": the tenant knows it as 'orders'.
-            changes["error_message"] = message.replace(broker_name, name)
-        out.append(replace(entity, **changes))
+        out.append(_scrubbed(replace(entity, **{key: name}), broker_name, name))
     return tuple(out)
+
+
+def _scrubbed(entity: Any, broker_name: str, name: str) -> Any:
+    """The entity with the brokers' name replaced by the tenant's in its error messages.
+
+    "Topic 'acme.orders' already exists": the tenant knows it as 'orders'.
+    Produce keeps messages on its partitions, so one level of nesting is searched.
+    """
+    changes: dict[str, Any] = {}
+    message = getattr(entity, "error_message", None)
+    if message and broker_name in message:
+        changes["error_message"] = message.replace(broker_name, name)
+    for nested in ("partition_responses", "partitions"):
+        children = getattr(entity, nested, None)
+        if children and has_field(children[0], "error_message"):
+            changes[nested] = tuple(_scrubbed(c, broker_name, name) for c in children)
+    return replace(entity, **changes) if changes else entity

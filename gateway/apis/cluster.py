@@ -76,7 +76,9 @@ async def metadata(ctx: RequestContext, request: Any) -> Step:
         )
         for name, topic_id, code in refused
     )
-    changes: dict[str, Any] = {"topics": None if listing else tuple(forwarded)}
+    # v0 cannot say null: its empty list is "every topic".
+    every_topic = () if ctx.version == 0 else None
+    changes: dict[str, Any] = {"topics": every_topic if listing else tuple(forwarded)}
     if has_field(request, "allow_auto_topic_creation"):
         changes["allow_auto_topic_creation"] = False
 
@@ -93,7 +95,9 @@ async def metadata(ctx: RequestContext, request: Any) -> Step:
                 continue
             if listing and not access.may_topic(name, Operation.DESCRIBE):
                 continue
-            changes = {"name": name, "is_internal": False}
+            changes: dict[str, Any] = {"name": name}
+            if has_field(topic, "is_internal"):
+                changes["is_internal"] = False
             if want_ops:
                 changes["topic_authorized_operations"] = access.authorized_operations(
                     ResourceType.TOPIC, name

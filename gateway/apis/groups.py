@@ -12,7 +12,7 @@ DESCRIBE on the group and on each topic; deleting DELETE on the group.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from shoal.gateway.apis.base import (
     NO_THROTTLE,
@@ -27,8 +27,9 @@ from shoal.gateway.apis.base import (
 )
 from shoal.tenancy.model import Operation, ResourceType
 
-_MEMBERSHIP_REFUSALS: dict[int, dict[str, Any]] = {
-    11: {
+JOIN_GROUP: Final = 11
+_MEMBERSHIP_REFUSALS: Final[dict[int, dict[str, Any]]] = {
+    JOIN_GROUP: {
         "generation_id": -1,
         "protocol_type": None,
         "protocol_name": None,
@@ -46,11 +47,12 @@ _MEMBERSHIP_REFUSALS: dict[int, dict[str, Any]] = {
 async def membership(ctx: RequestContext, request: Any) -> Step:
     """JoinGroup, Heartbeat, LeaveGroup and SyncGroup: one group, READ."""
     if not request.group_id or not ctx.access.may_group(request.group_id, Operation.READ):
+        refusal = dict(_MEMBERSHIP_REFUSALS[ctx.api.api_key])
+        if ctx.api.api_key == JOIN_GROUP and ctx.version < 7:
+            refusal["protocol_name"] = ""  # nullable only from v7
         return Answer(
             ctx.api.response(
-                throttle_time=NO_THROTTLE,
-                error_code=E.group_authorization_failed,
-                **_MEMBERSHIP_REFUSALS[ctx.api.api_key],
+                throttle_time=NO_THROTTLE, error_code=E.group_authorization_failed, **refusal
             )
         )
     return Forward(replace(request, group_id=ctx.ns.inward(request.group_id)))

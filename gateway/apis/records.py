@@ -53,7 +53,7 @@ async def produce(ctx: RequestContext, request: Any) -> Step:
                     index=part.index,
                     error_code=code,
                     base_offset=-1,
-                    log_append_time=-1,
+                    log_append_time=None,
                     log_start_offset=-1,
                     record_errors=(),
                     error_message=None,
