@@ -1,0 +1,1740 @@
+"""The gateway's per-API rewriters (shoal.gateway.apis), without sockets or brokers.
+
+Each test builds kio's request entity for one API version, runs the rewriter
+with a :class:`StubLookups` (topic ids, partition counts, gateway addresses)
+and checks what a tenant would notice: which names the broker is asked
+about, which slots come back refused and with which Kafka error, and what
+the client finally reads once ``finish`` has mapped the broker's answer.
+
+"What the broker receives" and "what the client reads" go through the real
+codec (:func:`broker_receives`, :func:`client_receives`), so a rewritten
+entity that cannot be encoded, or that the broker's request guard would
+refuse, fails here rather than on a live connection. The last section runs
+every rewriter in :data:`REWRITERS` at its lowest and highest version with a
+generated minimal request, for a full-access, a read-only and a no-access key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import enum
+import types
+import typing
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from shoal.gateway.access import TenantAccess
+from shoal.gateway.apis import REWRITERS, client_quotas, cluster, groups, records, topics
+from shoal.gateway.apis.base import (
+    NOT_REQUESTED,
+    Answer,
+    Forward,
+    RefusedRequestError,
+    RequestContext,
+    Step,
+)
+from shoal.tenancy.acl import default_bindings, read_only_bindings
+from shoal.tenancy.model import (
+    AclBinding,
+    Operation,
+    PatternType,
+    Permission,
+    Quotas,
+    ResourceType,
+)
+
+from shoal.wire import ApiSchema, ErrorCode, decode_request, schema
+from shoal.wire.codec import encode_request
+
+TENANT = "acme"
+OTHER_TENANT = "globex"
+KEY = "key-1"
+
+ORDERS_ID = uuid.UUID("00000000-0000-4000-8000-000000000001")
+SECRET_ID = uuid.UUID("00000000-0000-4000-8000-000000000002")
+THEIRS_ID = uuid.UUID("00000000-0000-4000-8000-000000000003")
+UNKNOWN_ID = uuid.UUID("00000000-0000-4000-8000-00000000dead")
+ZERO_ID = uuid.UUID(int=0)
+TOPIC_IDS: Mapping[uuid.UUID, str] = {
+    ORDERS_ID: "acme.orders",
+    SECRET_ID: "acme.secret",
+    THEIRS_ID: "globex.payments",
+}
+NO_THROTTLE = datetime.timedelta(0)
+TOPIC_RESOURCE = 2
+BROKER_RESOURCE = 4
+
+TOPIC = ResourceType.TOPIC
+GROUP = ResourceType.GROUP
+TXN = ResourceType.TRANSACTIONAL_ID
+
+
+# Stubs and helpers
+
+
+@dataclass
+class StubLookups:
+    """Topic ids to brokers' names, partition counts, and node -> ("gw", 9100 + node)."""
+
+    topic_ids: dict[uuid.UUID, str] = field(default_factory=lambda: dict(TOPIC_IDS))
+    partitions: dict[str, int] = field(default_factory=dict)
+    default_partitions: int = 1
+    """What the brokers would create for ``num_partitions=-1``."""
+    nodes: frozenset[int] = frozenset({0, 1, 2})
+    remembered: dict[uuid.UUID, str] = field(default_factory=dict)
+    created_asked: list[list[str]] = field(default_factory=list)
+
+    async def topic_name(self, topic_id: uuid.UUID) -> str | None:
+        return self.topic_ids.get(topic_id)
+
+    async def topic_partitions(self) -> Mapping[str, int]:
+        return dict(self.partitions)
+
+    async def created_partitions(self, request: Any, version: int) -> Mapping[str, int]:
+        self.created_asked.append([t.name for t in request.topics])
+        return {
+            t.name: t.num_partitions if t.num_partitions > 0 else self.default_partitions
+            for t in request.topics
+        }
+
+    def remember_topic_ids(self, ids: Mapping[uuid.UUID, str]) -> None:
+        self.remembered.update(ids)
+
+    def gateway_address(self, node_id: int) -> tuple[str, int] | None:
+        return ("gw", 9100 + node_id) if node_id in self.nodes else None
+
+
+@dataclass
+class StubQuotaStore:
+    quotas: dict[str, Quotas] = field(default_factory=dict)
+    writes: list[tuple[str, Quotas]] = field(default_factory=list)
+
+    async def all_quotas(self) -> Mapping[str, Quotas]:
+        return dict(self.quotas)
+
+    async def set_quotas(self, tenant: str, quotas: Quotas) -> None:
+        self.writes.append((tenant, quotas))
+        self.quotas[tenant] = quotas
+
+
+def context(
+    api_key: int,
+    version: int,
+    *,
+    bindings: Sequence[AclBinding] | None = None,
+    quotas: Quotas | None = None,
+    platform_admin: bool = False,
+    lookups: StubLookups | None = None,
+    store: StubQuotaStore | None = None,
+    fetch_cap: int | None = None,
+) -> RequestContext:
+    access = TenantAccess(
+        TENANT,
+        KEY,
+        default_bindings(TENANT, KEY) if bindings is None else bindings,
+        quotas or Quotas(),
+        platform_admin,
+    )
+    return RequestContext(
+        access,
+        schema(api_key, version),
+        lookups or StubLookups(),
+        store or StubQuotaStore(),
+        fetch_cap,
+    )
+
+
+def denying(resource_type: ResourceType, name: str, operation: Operation) -> list[AclBinding]:
+    """The default bindings plus one DENY: everything but ``operation`` on ``name``."""
+    deny = AclBinding(
+        TENANT, KEY, resource_type, PatternType.LITERAL, name, operation, Permission.DENY
+    )
+    return [*default_bindings(TENANT, KEY), deny]
+
+
+def broker_receives(api: ApiSchema, step: Step) -> Any:
+    """The forwarded request as the broker decodes it (through the request guard)."""
+    assert isinstance(step, Forward), f"expected a Forward, got {step!r}"
+    frame = encode_request(api, 7, "test-client", step.request)
+    _, _, body = decode_request(frame[4:], {api.api_key: (api.version, api.version)})
+    return body
+
+
+def client_receives(api: ApiSchema, response: Any) -> Any:
+    """A response as the client decodes it."""
+    body, _ = api.read_response(memoryview(api.encode_body(response)), 0)
+    return body
+
+
+def answered(api: ApiSchema, step: Step) -> Any:
+    assert isinstance(step, Answer), f"expected an Answer, got {step!r}"
+    return client_receives(api, step.response)
+
+
+def finished(api: ApiSchema, step: Step, broker_response: Any) -> Any:
+    assert isinstance(step, Forward), f"expected a Forward, got {step!r}"
+    return client_receives(api, step.finish(broker_response))
+
+
+def by_name(entities: Iterable[Any], key: str = "name") -> dict[Any, Any]:
+    return {getattr(e, key): e for e in entities}
+
+
+# Produce
+
+
+def produce_request(
+    api: ApiSchema,
+    names: Sequence[str],
+    *,
+    acks: int = -1,
+    transactional_id: str | None = None,
+) -> Any:
+    return api.request(
+        transactional_id=transactional_id,
+        acks=acks,
+        timeout=datetime.timedelta(seconds=30),
+        topic_data=tuple(
+            api.make_request(
+                "TopicProduceData",
+                name=name,
+                partition_data=(api.make_request("PartitionProduceData", index=0, records=None),),
+            )
+            for name in names
+        ),
+    )
+
+
+def produce_response(api: ApiSchema, answers: Mapping[str, tuple[int, str | None]]) -> Any:
+    """Broker names -> (base offset, partition error message)."""
+    return api.response(
+        throttle_time=NO_THROTTLE,
+        responses=tuple(
+            api.make(
+                "TopicProduceResponse",
+                name=name,
+                partition_responses=(
+                    api.make(
+                        "PartitionProduceResponse",
+                        index=0,
+                        error_code=ErrorCode.none,
+                        base_offset=offset,
+                        log_append_time=None,
+                        log_start_offset=0,
+                        record_errors=(),
+                        error_message=message,
+                    ),
+                ),
+            )
+            for name, (offset, message) in answers.items()
+        ),
+    )
+
+
+@pytest.mark.parametrize("version", [3, 9, 11])
+async def test_produce_forwards_topics_under_the_brokers_names(version: int) -> None:
+    ctx = context(0, version)
+    request = produce_request(ctx.api, ["orders", "payments.eu"])
+
+    sent = broker_receives(ctx.api, await records.produce(ctx, request))
+
+    assert [t.name for t in sent.topic_data] == ["acme.orders", "acme.payments.eu"]
+    assert sent.transactional_id is None
+
+
+async def test_produce_refuses_a_denied_topic_in_its_slot_and_forwards_the_rest() -> None:
+    ctx = context(0, 9, bindings=denying(TOPIC, "secret", Operation.WRITE))
+    request = produce_request(ctx.api, ["orders", "secret"])
+
+    step = await records.produce(ctx, request)
+
+    sent = broker_receives(ctx.api, step)
+    assert [t.name for t in sent.topic_data] == ["acme.orders"]
+    assert isinstance(step, Forward)
+    merged = step.finish(produce_response(ctx.api, {"acme.orders": (42, None)}))
+    topics = by_name(merged.responses)
+    assert set(topics) == {"orders", "secret"}
+    (orders,) = topics["orders"].partition_responses
+    assert (orders.error_code, orders.base_offset) == (ErrorCode.none, 42)
+    (secret,) = topics["secret"].partition_responses
+    assert (secret.index, secret.error_code) == (0, ErrorCode.topic_authorization_failed)
+
+
+@pytest.mark.parametrize("version", [3, 9, 11])
+async def test_produce_refusals_can_be_sent_to_the_client(version: int) -> None:
+    # A key that may write nothing is answered by the gateway alone; the answer
+    # must encode at the client's version.
+    ctx = context(0, version, bindings=read_only_bindings(TENANT, KEY))
+
+    step = await records.produce(ctx, produce_request(ctx.api, ["orders"]))
+
+    response = answered(ctx.api, step)
+    (topic,) = response.responses
+    assert topic.name == "orders"
+    assert topic.partition_responses[0].error_code == ErrorCode.topic_authorization_failed
+
+
+async def test_produce_maps_the_transactional_id_inward() -> None:
+    ctx = context(0, 9)
+    request = produce_request(ctx.api, ["orders"], transactional_id="tx-1")
+
+    sent = broker_receives(ctx.api, await records.produce(ctx, request))
+
+    assert sent.transactional_id == "acme.tx-1"
+    assert [t.name for t in sent.topic_data] == ["acme.orders"]
+
+
+async def test_produce_with_a_denied_transactional_id_refuses_every_topic() -> None:
+    ctx = context(0, 9, bindings=denying(TXN, "tx-1", Operation.WRITE))
+    request = produce_request(ctx.api, ["orders", "audit"], transactional_id="tx-1")
+
+    step = await records.produce(ctx, request)
+
+    assert isinstance(step, Answer)
+    codes = {t.name: [p.error_code for p in t.partition_responses] for t in step.response.responses}
+    assert codes == {
+        "orders": [ErrorCode.transactional_id_authorization_failed],
+        "audit": [ErrorCode.transactional_id_authorization_failed],
+    }
+
+
+async def test_produce_acks_0_to_a_denied_topic_closes_the_connection() -> None:
+    # With acks=0 there is no response to carry a refused slot in.
+    ctx = context(0, 9, bindings=denying(TOPIC, "secret", Operation.WRITE))
+    request = produce_request(ctx.api, ["orders", "secret"], acks=0)
+
+    with pytest.raises(RefusedRequestError):
+        await records.produce(ctx, request)
+
+
+async def test_produce_acks_0_is_forwarded_without_waiting_for_a_response() -> None:
+    ctx = context(0, 9)
+
+    step = await records.produce(ctx, produce_request(ctx.api, ["orders"], acks=0))
+
+    assert isinstance(step, Forward)
+    assert not step.expects_response
+    assert [t.name for t in broker_receives(ctx.api, step).topic_data] == ["acme.orders"]
+
+
+async def test_produce_drops_broker_answers_about_another_tenants_topic() -> None:
+    ctx = context(0, 9)
+    step = await records.produce(ctx, produce_request(ctx.api, ["orders"]))
+
+    broker = produce_response(ctx.api, {"acme.orders": (7, None), "globex.orders": (99, None)})
+    response = finished(ctx.api, step, broker)
+
+    assert [t.name for t in response.responses] == ["orders"]
+    assert response.responses[0].partition_responses[0].base_offset == 7
+
+
+async def test_produce_error_messages_name_the_topic_as_the_tenant_knows_it() -> None:
+    ctx = context(0, 9)
+    step = await records.produce(ctx, produce_request(ctx.api, ["orders"]))
+
+    broker = produce_response(
+        ctx.api, {"acme.orders": (-1, "Partition acme.orders-0 is being reassigned")}
+    )
+    response = finished(ctx.api, step, broker)
+
+    (partition,) = response.responses[0].partition_responses
+    assert partition.error_message == "Partition orders-0 is being reassigned"
+
+
+# Fetch
+
+
+def fetch_request(
+    api: ApiSchema,
+    topics: Sequence[str | uuid.UUID],
+    *,
+    max_bytes: int = 50_000,
+    partition_max_bytes: Sequence[int] = (2_000,),
+    replica_id: int = -1,
+    forgotten: Sequence[str | uuid.UUID] = (),
+) -> Any:
+    key = "topic_id" if api.version >= 13 else "topic"
+    replica = (
+        {"replica_state": api.make_request("ReplicaState", replica_id=replica_id)}
+        if api.version >= 15
+        else {"replica_id": replica_id}
+    )
+    return api.request(
+        max_wait=datetime.timedelta(milliseconds=500),
+        min_bytes=1,
+        max_bytes=max_bytes,
+        topics=tuple(
+            api.make_request(
+                "FetchTopic",
+                **{key: topic},
+                partitions=tuple(
+                    api.make_request(
+                        "FetchPartition",
+                        partition=index,
+                        fetch_offset=0,
+                        partition_max_bytes=size,
+                    )
+                    for index, size in enumerate(partition_max_bytes)
+                ),
+            )
+            for topic in topics
+        ),
+        forgotten_topics_data=tuple(
+            api.make_request("ForgottenTopic", **{key: topic}, partitions=(0,))
+            for topic in forgotten
+        ),
+        **replica,
+    )
+
+
+def fetch_response(api: ApiSchema, topics: Sequence[str | uuid.UUID]) -> Any:
+    key = "topic_id" if api.version >= 13 else "topic"
+    return api.response(
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode.none,
+        session_id=0,
+        responses=tuple(
+            api.make(
+                "FetchableTopicResponse",
+                **{key: topic},
+                partitions=(
+                    api.make(
+                        "PartitionData",
+                        partition_index=0,
+                        error_code=ErrorCode.none,
+                        high_watermark=10,
+                        aborted_transactions=None,
+                        records=None,
+                    ),
+                ),
+            )
+            for topic in topics
+        ),
+    )
+
+
+@pytest.mark.parametrize("version", [4, 12])
+async def test_fetch_by_name_maps_topics_and_refuses_unreadable_ones(version: int) -> None:
+    ctx = context(1, version, bindings=denying(TOPIC, "secret", Operation.READ))
+    request = fetch_request(ctx.api, ["orders", "secret"])
+
+    step = await records.fetch(ctx, request)
+
+    sent = broker_receives(ctx.api, step)
+    assert [t.topic for t in sent.topics] == ["acme.orders"]
+    response = finished(ctx.api, step, fetch_response(ctx.api, ["acme.orders"]))
+    topics = by_name(response.responses, "topic")
+    assert set(topics) == {"orders", "secret"}
+    assert topics["orders"].partitions[0].high_watermark == 10
+    assert topics["secret"].partitions[0].error_code == ErrorCode.topic_authorization_failed
+
+
+async def test_fetch_by_name_maps_forgotten_topics_too() -> None:
+    ctx = context(1, 12)
+    request = fetch_request(ctx.api, ["orders"], forgotten=["audit"])
+
+    sent = broker_receives(ctx.api, await records.fetch(ctx, request))
+
+    assert [t.topic for t in sent.forgotten_topics_data] == ["acme.audit"]
+
+
+@pytest.mark.parametrize("version", [13, 16])
+async def test_fetch_by_id_forwards_the_tenants_own_id_unchanged(version: int) -> None:
+    ctx = context(1, version)
+
+    step = await records.fetch(ctx, fetch_request(ctx.api, [ORDERS_ID]))
+
+    sent = broker_receives(ctx.api, step)
+    assert [t.topic_id for t in sent.topics] == [ORDERS_ID]
+    response = finished(ctx.api, step, fetch_response(ctx.api, [ORDERS_ID]))
+    assert [t.topic_id for t in response.responses] == [ORDERS_ID]
+    assert response.responses[0].partitions[0].error_code == ErrorCode.none
+
+
+@pytest.mark.parametrize("version", [13, 16])
+@pytest.mark.parametrize("topic_id", [THEIRS_ID, UNKNOWN_ID], ids=["other-tenant", "unknown"])
+async def test_fetch_by_id_answers_unknown_topic_id_for_ids_that_are_not_the_tenants(
+    version: int, topic_id: uuid.UUID
+) -> None:
+    ctx = context(1, version)
+
+    step = await records.fetch(ctx, fetch_request(ctx.api, [ORDERS_ID, topic_id]))
+
+    sent = broker_receives(ctx.api, step)
+    assert [t.topic_id for t in sent.topics] == [ORDERS_ID]
+    response = finished(ctx.api, step, fetch_response(ctx.api, [ORDERS_ID]))
+    codes = {t.topic_id: t.partitions[0].error_code for t in response.responses}
+    assert codes == {ORDERS_ID: ErrorCode.none, topic_id: ErrorCode.unknown_topic_id}
+
+
+@pytest.mark.parametrize("version", [13, 16])
+async def test_fetch_by_id_of_only_another_tenants_topic_is_answered_without_the_broker(
+    version: int,
+) -> None:
+    ctx = context(1, version)
+
+    step = await records.fetch(ctx, fetch_request(ctx.api, [THEIRS_ID]))
+
+    response = answered(ctx.api, step)
+    assert [(t.topic_id, t.partitions[0].error_code) for t in response.responses] == [
+        (THEIRS_ID, ErrorCode.unknown_topic_id)
+    ]
+
+
+async def test_fetch_by_id_of_an_unreadable_own_topic_is_an_authorization_failure() -> None:
+    ctx = context(1, 13, bindings=denying(TOPIC, "secret", Operation.READ))
+
+    step = await records.fetch(ctx, fetch_request(ctx.api, [SECRET_ID]))
+
+    response = answered(ctx.api, step)
+    assert response.responses[0].partitions[0].error_code == ErrorCode.topic_authorization_failed
+
+
+async def test_fetch_by_id_drops_forgotten_ids_of_other_tenants() -> None:
+    ctx = context(1, 13)
+    request = fetch_request(ctx.api, [ORDERS_ID], forgotten=[SECRET_ID, THEIRS_ID])
+
+    sent = broker_receives(ctx.api, await records.fetch(ctx, request))
+
+    assert [t.topic_id for t in sent.forgotten_topics_data] == [SECRET_ID]
+
+
+@pytest.mark.parametrize("version", [4, 12, 13, 15, 16])
+async def test_fetch_from_a_replica_is_refused(version: int) -> None:
+    ctx = context(1, version)
+    topic: str | uuid.UUID = ORDERS_ID if version >= 13 else "orders"
+
+    with pytest.raises(RefusedRequestError, match="replica"):
+        await records.fetch(ctx, fetch_request(ctx.api, [topic], replica_id=1))
+
+
+@pytest.mark.parametrize("version", [12, 16])
+async def test_fetch_cap_limits_the_response_and_partition_sizes(version: int) -> None:
+    ctx = context(1, version, fetch_cap=1_000)
+    topic: str | uuid.UUID = ORDERS_ID if version >= 13 else "orders"
+    request = fetch_request(ctx.api, [topic], max_bytes=50_000, partition_max_bytes=(2_000, 500))
+
+    sent = broker_receives(ctx.api, await records.fetch(ctx, request))
+
+    assert sent.max_bytes == 1_000
+    assert [p.partition_max_bytes for p in sent.topics[0].partitions] == [1_000, 500]
+
+
+async def test_fetch_without_a_cap_keeps_the_clients_sizes() -> None:
+    ctx = context(1, 12)
+    request = fetch_request(ctx.api, ["orders"], max_bytes=50_000, partition_max_bytes=(2_000,))
+
+    sent = broker_receives(ctx.api, await records.fetch(ctx, request))
+
+    assert sent.max_bytes == 50_000
+    assert sent.topics[0].partitions[0].partition_max_bytes == 2_000
+
+
+# Metadata
+
+
+def metadata_request(
+    api: ApiSchema,
+    names: Sequence[str | uuid.UUID] | None,
+    *,
+    include_ops: bool = False,
+    auto_create: bool = True,
+) -> Any:
+    wanted = None
+    if names is not None:
+        wanted = tuple(
+            api.make_request("MetadataRequestTopic", name=None, topic_id=n)
+            if isinstance(n, uuid.UUID)
+            else api.make_request("MetadataRequestTopic", name=n, topic_id=None)
+            for n in names
+        )
+    return api.request(
+        topics=wanted,
+        allow_auto_topic_creation=auto_create,
+        include_topic_authorized_operations=include_ops,
+        include_cluster_authorized_operations=False,
+    )
+
+
+def metadata_response(
+    api: ApiSchema,
+    topic_names: Sequence[str],
+    *,
+    brokers: Sequence[int] = (0, 1),
+    internal: Sequence[str] = (),
+    ids: Mapping[str, uuid.UUID] | None = None,
+) -> Any:
+    ids = ids or {v: k for k, v in TOPIC_IDS.items()}
+    return api.response(
+        throttle_time=NO_THROTTLE,
+        brokers=tuple(
+            api.make("MetadataResponseBroker", node_id=n, host=f"broker-{n}.internal", port=9092)
+            for n in brokers
+        ),
+        cluster_id="shoal",
+        controller_id=0,
+        topics=tuple(
+            api.make(
+                "MetadataResponseTopic",
+                error_code=ErrorCode.none,
+                name=name,
+                topic_id=ids.get(name, ZERO_ID),
+                is_internal=name in internal,
+                partitions=(
+                    api.make(
+                        "MetadataResponsePartition",
+                        error_code=ErrorCode.none,
+                        partition_index=0,
+                        leader_id=brokers[0],
+                        replica_nodes=tuple(brokers),
+                        isr_nodes=tuple(brokers),
+                    ),
+                ),
+            )
+            for name in [*topic_names, *internal]
+        ),
+    )
+
+
+@pytest.mark.parametrize("version", [1, 9, 12])
+async def test_metadata_listing_shows_only_the_tenants_describable_topics(version: int) -> None:
+    ctx = context(3, version, bindings=denying(TOPIC, "secret", Operation.DESCRIBE))
+
+    step = await cluster.metadata(ctx, metadata_request(ctx.api, None))
+
+    sent = broker_receives(ctx.api, step)
+    assert sent.topics is None
+    broker = metadata_response(
+        ctx.api,
+        ["acme.orders", "acme.secret", "globex.payments", "acmeorders"],
+        internal=["__consumer_offsets"],
+    )
+    response = finished(ctx.api, step, broker)
+    assert [t.name for t in response.topics] == ["orders"]
+    assert not response.topics[0].is_internal
+
+
+@pytest.mark.parametrize("version", [1, 9, 12])
+async def test_metadata_for_named_topics_refuses_the_undescribable_ones(version: int) -> None:
+    ctx = context(3, version, bindings=denying(TOPIC, "secret", Operation.DESCRIBE))
+
+    step = await cluster.metadata(ctx, metadata_request(ctx.api, ["orders", "secret"]))
+
+    sent = broker_receives(ctx.api, step)
+    assert [t.name for t in sent.topics] == ["acme.orders"]
+    # A broker that says more than it was asked is cut down to what was asked.
+    broker = metadata_response(ctx.api, ["acme.orders", "acme.audit", "globex.payments"])
+    response = finished(ctx.api, step, broker)
+    codes = {t.name: t.error_code for t in response.topics}
+    assert codes == {"orders": ErrorCode.none, "secret": ErrorCode.topic_authorization_failed}
+
+
+async def test_metadata_for_only_refused_topics_still_asks_for_the_brokers() -> None:
+    ctx = context(3, 12, bindings=denying(TOPIC, "secret", Operation.DESCRIBE))
+
+    step = await cluster.metadata(ctx, metadata_request(ctx.api, ["secret"]))
+
+    sent = broker_receives(ctx.api, step)
+    assert sent.topics == ()
+    response = finished(ctx.api, step, metadata_response(ctx.api, []))
+    assert [(t.name, t.error_code) for t in response.topics] == [
+        ("secret", ErrorCode.topic_authorization_failed)
+    ]
+    assert [b.port for b in response.brokers] == [9100, 9101]
+
+
+@pytest.mark.parametrize("topic_id", [THEIRS_ID, UNKNOWN_ID], ids=["other-tenant", "unknown"])
+async def test_metadata_by_an_id_that_is_not_the_tenants_is_unknown_topic_id(
+    topic_id: uuid.UUID,
+) -> None:
+    ctx = context(3, 12)
+
+    step = await cluster.metadata(ctx, metadata_request(ctx.api, [topic_id]))
+
+    assert broker_receives(ctx.api, step).topics == ()
+    response = finished(ctx.api, step, metadata_response(ctx.api, []))
+    (topic,) = response.topics
+    assert (topic.name, topic.topic_id, topic.error_code) == (
+        None,
+        topic_id,
+        ErrorCode.unknown_topic_id,
+    )
+
+
+async def test_metadata_by_the_tenants_own_id_asks_by_name() -> None:
+    ctx = context(3, 12)
+
+    step = await cluster.metadata(ctx, metadata_request(ctx.api, [ORDERS_ID]))
+
+    sent = broker_receives(ctx.api, step)
+    assert [t.name for t in sent.topics] == ["acme.orders"]
+    response = finished(ctx.api, step, metadata_response(ctx.api, ["acme.orders"]))
+    assert [(t.name, t.topic_id) for t in response.topics] == [("orders", ORDERS_ID)]
+
+
+@pytest.mark.parametrize("version", [4, 12])
+async def test_metadata_never_lets_the_broker_auto_create_topics(version: int) -> None:
+    ctx = context(3, version)
+
+    request = metadata_request(ctx.api, ["orders"], auto_create=True)
+    sent = broker_receives(ctx.api, await cluster.metadata(ctx, request))
+
+    assert sent.allow_auto_topic_creation is False
+
+
+@pytest.mark.parametrize("version", [0, 1, 12])
+async def test_metadata_replaces_broker_addresses_with_the_gateways(version: int) -> None:
+    ctx = context(3, version)
+    step = await cluster.metadata(ctx, metadata_request(ctx.api, ["orders"]))
+
+    # Node 5 has no gateway port on this listener: the client is not told of it.
+    broker = metadata_response(ctx.api, ["acme.orders"], brokers=(0, 2, 5))
+    response = finished(ctx.api, step, broker)
+
+    assert [(b.node_id, b.host, b.port) for b in response.brokers] == [
+        (0, "gw", 9100),
+        (2, "gw", 9102),
+    ]
+
+
+async def test_metadata_v0_empty_topic_list_asks_the_broker_for_every_topic() -> None:
+    ctx = context(3, 0)
+
+    step = await cluster.metadata(ctx, metadata_request(ctx.api, []))
+
+    # v0 has no null array: "every topic" is the empty list, and must stay so.
+    assert broker_receives(ctx.api, step).topics == ()
+
+
+async def test_metadata_v0_empty_topic_list_shows_every_topic_of_the_tenant() -> None:
+    ctx = context(3, 0)
+    step = await cluster.metadata(ctx, metadata_request(ctx.api, []))
+
+    broker = metadata_response(ctx.api, ["acme.orders", "acme.audit", "globex.payments"])
+    response = finished(ctx.api, step, broker)
+
+    assert [t.name for t in response.topics] == ["orders", "audit"]
+
+
+async def test_metadata_computes_topic_authorized_operations_when_asked() -> None:
+    ctx = context(3, 12, bindings=read_only_bindings(TENANT, KEY))
+
+    step = await cluster.metadata(ctx, metadata_request(ctx.api, ["orders"], include_ops=True))
+
+    response = finished(ctx.api, step, metadata_response(ctx.api, ["acme.orders"]))
+    expected = (1 << Operation.READ) | (1 << Operation.DESCRIBE) | (1 << Operation.DESCRIBE_CONFIGS)
+    assert response.topics[0].topic_authorized_operations == expected
+
+
+async def test_metadata_leaves_topic_authorized_operations_alone_when_not_asked() -> None:
+    ctx = context(3, 12)
+
+    step = await cluster.metadata(ctx, metadata_request(ctx.api, ["orders"]))
+
+    response = finished(ctx.api, step, metadata_response(ctx.api, ["acme.orders"]))
+    assert response.topics[0].topic_authorized_operations == NOT_REQUESTED
+
+
+async def test_metadata_remembers_the_topic_ids_the_broker_reports() -> None:
+    lookups = StubLookups(topic_ids={})
+    ctx = context(3, 12, lookups=lookups)
+
+    step = await cluster.metadata(ctx, metadata_request(ctx.api, None))
+    finished(ctx.api, step, metadata_response(ctx.api, ["acme.orders"]))
+
+    assert lookups.remembered == {ORDERS_ID: "acme.orders"}
+
+
+# FindCoordinator
+
+
+def coordinator_response(api: ApiSchema, node: int, code: ErrorCode = ErrorCode.none) -> Any:
+    return api.response(
+        throttle_time=NO_THROTTLE,
+        error_code=code,
+        error_message=None,
+        node_id=node,
+        host=f"broker-{node}.internal",
+        port=9092,
+    )
+
+
+@pytest.mark.parametrize("version", [0, 3])
+async def test_find_coordinator_maps_the_group_and_the_address(version: int) -> None:
+    ctx = context(10, version)
+
+    step = await cluster.find_coordinator(ctx, ctx.api.request(key="billing", key_type=0))
+
+    assert broker_receives(ctx.api, step).key == "acme.billing"
+    response = finished(ctx.api, step, coordinator_response(ctx.api, 1))
+    assert (response.node_id, response.host, response.port) == (1, "gw", 9101)
+
+
+async def test_find_coordinator_leaves_an_error_answer_as_the_broker_gave_it() -> None:
+    ctx = context(10, 3)
+    step = await cluster.find_coordinator(ctx, ctx.api.request(key="billing", key_type=0))
+
+    broker = coordinator_response(ctx.api, -1, ErrorCode.coordinator_not_available)
+    response = finished(ctx.api, step, broker)
+
+    assert response.error_code == ErrorCode.coordinator_not_available
+    assert response.port == 9092
+
+
+@pytest.mark.parametrize(
+    ("key_type", "resource_type", "code"),
+    [
+        (0, GROUP, ErrorCode.group_authorization_failed),
+        (1, TXN, ErrorCode.transactional_id_authorization_failed),
+    ],
+    ids=["group", "transaction"],
+)
+async def test_find_coordinator_v3_for_a_denied_key_is_answered_by_the_gateway(
+    key_type: int, resource_type: ResourceType, code: ErrorCode
+) -> None:
+    ctx = context(10, 3, bindings=denying(resource_type, "billing", Operation.DESCRIBE))
+
+    step = await cluster.find_coordinator(ctx, ctx.api.request(key="billing", key_type=key_type))
+
+    response = answered(ctx.api, step)
+    assert (response.error_code, response.node_id) == (code, -1)
+
+
+async def test_find_coordinator_v4_batches_keys_and_refuses_denied_ones() -> None:
+    ctx = context(10, 4, bindings=denying(GROUP, "audit", Operation.DESCRIBE))
+    request = ctx.api.request(key_type=0, coordinator_keys=("billing", "audit", "reports"))
+
+    step = await cluster.find_coordinator(ctx, request)
+
+    sent = broker_receives(ctx.api, step)
+    assert sent.coordinator_keys == ("acme.billing", "acme.reports")
+    api = ctx.api
+    broker = api.response(
+        throttle_time=NO_THROTTLE,
+        coordinators=(
+            api.make(
+                "Coordinator",
+                key="acme.billing",
+                node_id=2,
+                host="broker-2.internal",
+                port=9092,
+                error_code=ErrorCode.none,
+                error_message=None,
+            ),
+            api.make(
+                "Coordinator",
+                key="acme.reports",
+                node_id=-1,
+                host="",
+                port=-1,
+                error_code=ErrorCode.coordinator_load_in_progress,
+                error_message=None,
+            ),
+            api.make(
+                "Coordinator",
+                key="globex.billing",
+                node_id=0,
+                host="broker-0.internal",
+                port=9092,
+                error_code=ErrorCode.none,
+                error_message=None,
+            ),
+        ),
+    )
+    response = finished(api, step, broker)
+    found = by_name(response.coordinators, "key")
+    assert set(found) == {"billing", "reports", "audit"}
+    assert (found["billing"].host, found["billing"].port) == ("gw", 9102)
+    assert found["reports"].error_code == ErrorCode.coordinator_load_in_progress
+    assert (found["audit"].error_code, found["audit"].node_id) == (
+        ErrorCode.group_authorization_failed,
+        -1,
+    )
+
+
+async def test_find_coordinator_v4_with_every_key_denied_is_answered_by_the_gateway() -> None:
+    ctx = context(10, 4, bindings=denying(GROUP, "audit", Operation.DESCRIBE))
+
+    step = await cluster.find_coordinator(
+        ctx, ctx.api.request(key_type=0, coordinator_keys=("audit",))
+    )
+
+    response = answered(ctx.api, step)
+    assert [(c.key, c.error_code) for c in response.coordinators] == [
+        ("audit", ErrorCode.group_authorization_failed)
+    ]
+
+
+# Consumer groups
+
+
+def minimal_request(api: ApiSchema, **values: Any) -> Any:
+    return dataclasses.replace(minimal_entity(api.request_class, "x"), **values)
+
+
+@pytest.mark.parametrize(
+    ("api_key", "version"),
+    [(11, 2), (11, 5), (11, 9), (12, 0), (12, 4), (13, 0), (13, 5), (14, 0), (14, 5)],
+)
+async def test_membership_for_a_denied_group_is_group_authorization_failed(
+    api_key: int, version: int
+) -> None:
+    ctx = context(api_key, version, bindings=denying(GROUP, "billing", Operation.READ))
+
+    step = await groups.membership(ctx, minimal_request(ctx.api, group_id="billing"))
+
+    response = answered(ctx.api, step)
+    assert response.error_code == ErrorCode.group_authorization_failed
+
+
+@pytest.mark.parametrize(("api_key", "version"), [(11, 9), (12, 4), (13, 5), (14, 5)])
+async def test_membership_maps_the_group_inward(api_key: int, version: int) -> None:
+    ctx = context(api_key, version, bindings=read_only_bindings(TENANT, KEY))
+
+    step = await groups.membership(ctx, minimal_request(ctx.api, group_id="billing"))
+
+    assert broker_receives(ctx.api, step).group_id == "acme.billing"
+
+
+def commit_request(api: ApiSchema, group: str, names: Sequence[str]) -> Any:
+    return api.request(
+        group_id=group,
+        generation_id_or_member_epoch=1,
+        member_id="m-1",
+        group_instance_id=None,
+        topics=tuple(
+            api.make_request(
+                "OffsetCommitRequestTopic",
+                name=name,
+                partitions=(
+                    api.make_request(
+                        "OffsetCommitRequestPartition",
+                        partition_index=0,
+                        committed_offset=5,
+                        committed_metadata=None,
+                    ),
+                ),
+            )
+            for name in names
+        ),
+    )
+
+
+@pytest.mark.parametrize("version", [2, 8, 9])
+async def test_offset_commit_refuses_a_denied_topic_in_its_slot(version: int) -> None:
+    ctx = context(8, version, bindings=denying(TOPIC, "secret", Operation.READ))
+
+    step = await groups.offset_commit(ctx, commit_request(ctx.api, "billing", ["orders", "secret"]))
+
+    sent = broker_receives(ctx.api, step)
+    assert sent.group_id == "acme.billing"
+    assert [t.name for t in sent.topics] == ["acme.orders"]
+    api = ctx.api
+    broker = api.response(
+        throttle_time=NO_THROTTLE,
+        topics=(
+            api.make(
+                "OffsetCommitResponseTopic",
+                name="acme.orders",
+                partitions=(
+                    api.make(
+                        "OffsetCommitResponsePartition",
+                        partition_index=0,
+                        error_code=ErrorCode.none,
+                    ),
+                ),
+            ),
+        ),
+    )
+    response = finished(api, step, broker)
+    codes = {t.name: t.partitions[0].error_code for t in response.topics}
+    assert codes == {"orders": ErrorCode.none, "secret": ErrorCode.topic_authorization_failed}
+
+
+async def test_offset_commit_to_a_denied_group_refuses_every_topic() -> None:
+    ctx = context(8, 9, bindings=denying(GROUP, "billing", Operation.READ))
+
+    step = await groups.offset_commit(ctx, commit_request(ctx.api, "billing", ["orders", "audit"]))
+
+    response = answered(ctx.api, step)
+    codes = {t.name: t.partitions[0].error_code for t in response.topics}
+    assert codes == {
+        "orders": ErrorCode.group_authorization_failed,
+        "audit": ErrorCode.group_authorization_failed,
+    }
+
+
+def offset_fetch_topics(api: ApiSchema, topic_class: str, names: Sequence[str]) -> Any:
+    return tuple(
+        api.make(
+            topic_class,
+            name=name,
+            partitions=(
+                api.make(
+                    "OffsetFetchResponsePartitions"
+                    if api.version >= 8
+                    else "OffsetFetchResponsePartition",
+                    partition_index=0,
+                    committed_offset=5,
+                    committed_leader_epoch=-1,
+                    metadata=None,
+                    error_code=ErrorCode.none,
+                ),
+            ),
+        )
+        for name in names
+    )
+
+
+async def test_offset_fetch_v7_for_every_topic_shows_only_the_tenants_describable_ones() -> None:
+    ctx = context(9, 7, bindings=denying(TOPIC, "secret", Operation.DESCRIBE))
+
+    step = await groups.offset_fetch(ctx, ctx.api.request(group_id="billing", topics=None))
+
+    sent = broker_receives(ctx.api, step)
+    assert (sent.group_id, sent.topics) == ("acme.billing", None)
+    broker = ctx.api.response(
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode.none,
+        topics=offset_fetch_topics(
+            ctx.api, "OffsetFetchResponseTopic", ["acme.orders", "acme.secret", "globex.payments"]
+        ),
+    )
+    response = finished(ctx.api, step, broker)
+    assert [(t.name, t.partitions[0].committed_offset) for t in response.topics] == [("orders", 5)]
+
+
+async def test_offset_fetch_v7_for_a_denied_group_is_group_authorization_failed() -> None:
+    ctx = context(9, 7, bindings=denying(GROUP, "billing", Operation.DESCRIBE))
+
+    step = await groups.offset_fetch(ctx, ctx.api.request(group_id="billing", topics=None))
+
+    response = answered(ctx.api, step)
+    assert response.error_code == ErrorCode.group_authorization_failed
+    assert response.topics == ()
+
+
+@pytest.mark.parametrize("version", [8, 9])
+async def test_offset_fetch_v8_maps_each_group_and_refuses_denied_groups_and_topics(
+    version: int,
+) -> None:
+    bindings = [
+        *denying(GROUP, "audit", Operation.DESCRIBE),
+        AclBinding(
+            TENANT, KEY, TOPIC, PatternType.LITERAL, "secret", Operation.DESCRIBE, Permission.DENY
+        ),
+    ]
+    ctx = context(9, version, bindings=bindings)
+    api = ctx.api
+
+    def group(group_id: str, names: Sequence[str] | None) -> Any:
+        wanted = None
+        if names is not None:
+            wanted = tuple(
+                api.make_request("OffsetFetchRequestTopics", name=n, partition_indexes=(0,))
+                for n in names
+            )
+        return api.make_request("OffsetFetchRequestGroup", group_id=group_id, topics=wanted)
+
+    request = api.request(
+        groups=(group("billing", ["orders", "secret"]), group("audit", None), group("ops", None))
+    )
+    step = await groups.offset_fetch(ctx, request)
+
+    sent = broker_receives(api, step)
+    asked = {g.group_id: g.topics and [t.name for t in g.topics] for g in sent.groups}
+    assert asked == {"acme.billing": ["acme.orders"], "acme.ops": None}
+    broker = api.response(
+        throttle_time=NO_THROTTLE,
+        groups=tuple(
+            api.make(
+                "OffsetFetchResponseGroup",
+                group_id=group_id,
+                topics=offset_fetch_topics(api, "OffsetFetchResponseTopics", names),
+                error_code=ErrorCode.none,
+            )
+            for group_id, names in [
+                ("acme.billing", ["acme.orders"]),
+                ("acme.ops", ["acme.orders", "acme.secret"]),
+                ("globex.billing", ["globex.payments"]),
+            ]
+        ),
+    )
+    response = finished(api, step, broker)
+    seen = {
+        g.group_id: (g.error_code, {t.name: t.partitions[0].error_code for t in g.topics})
+        for g in response.groups
+    }
+    assert seen == {
+        "billing": (
+            ErrorCode.none,
+            {"orders": ErrorCode.none, "secret": ErrorCode.topic_authorization_failed},
+        ),
+        "ops": (ErrorCode.none, {"orders": ErrorCode.none}),
+        "audit": (ErrorCode.group_authorization_failed, {}),
+    }
+
+
+@pytest.mark.parametrize("version", [0, 4, 5])
+async def test_list_groups_shows_only_the_tenants_describable_groups(version: int) -> None:
+    ctx = context(16, version, bindings=denying(GROUP, "audit", Operation.DESCRIBE))
+    api = ctx.api
+
+    step = await groups.list_groups(ctx, minimal_request(api))
+
+    broker = api.response(
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode.none,
+        groups=tuple(
+            api.make(
+                "ListedGroup",
+                group_id=g,
+                protocol_type="consumer",
+                group_state="Stable",
+                group_type="classic",
+            )
+            for g in ["acme.billing", "acme.audit", "globex.billing", "connect-cluster", "acme."]
+        ),
+    )
+    response = finished(api, step, broker)
+    assert [g.group_id for g in response.groups] == ["billing"]
+
+
+def described_group(api: ApiSchema, group_id: str) -> Any:
+    return api.make(
+        "DescribedGroup",
+        error_code=ErrorCode.none,
+        group_id=group_id,
+        group_state="Stable",
+        protocol_type="consumer",
+        protocol_data="range",
+        members=(),
+    )
+
+
+async def test_describe_groups_maps_names_and_refuses_denied_groups() -> None:
+    ctx = context(15, 5, bindings=denying(GROUP, "audit", Operation.DESCRIBE))
+    api = ctx.api
+
+    step = await groups.describe_groups(
+        ctx, api.request(groups=("billing", "audit"), include_authorized_operations=True)
+    )
+
+    assert broker_receives(api, step).groups == ("acme.billing",)
+    broker = api.response(
+        throttle_time=NO_THROTTLE,
+        groups=(described_group(api, "acme.billing"), described_group(api, "globex.billing")),
+    )
+    response = finished(api, step, broker)
+    found = by_name(response.groups, "group_id")
+    assert set(found) == {"billing", "audit"}
+    assert found["billing"].group_state == "Stable"
+    all_group_ops = (1 << Operation.READ) | (1 << Operation.DESCRIBE) | (1 << Operation.DELETE)
+    assert found["billing"].authorized_operations == all_group_ops
+    assert found["audit"].error_code == ErrorCode.group_authorization_failed
+
+
+async def test_describe_groups_of_only_denied_groups_is_answered_by_the_gateway() -> None:
+    ctx = context(15, 0, bindings=denying(GROUP, "audit", Operation.DESCRIBE))
+
+    step = await groups.describe_groups(ctx, ctx.api.request(groups=("audit",)))
+
+    response = answered(ctx.api, step)
+    assert [(g.group_id, g.error_code) for g in response.groups] == [
+        ("audit", ErrorCode.group_authorization_failed)
+    ]
+
+
+async def test_delete_groups_maps_names_and_drops_other_tenants_results() -> None:
+    ctx = context(42, 2, bindings=denying(GROUP, "audit", Operation.DELETE))
+    api = ctx.api
+
+    step = await groups.delete_groups(ctx, api.request(groups_names=("billing", "audit")))
+
+    assert broker_receives(api, step).groups_names == ("acme.billing",)
+    broker = api.response(
+        throttle_time=NO_THROTTLE,
+        results=tuple(
+            api.make("DeletableGroupResult", group_id=g, error_code=ErrorCode.none)
+            for g in ["acme.billing", "globex.billing"]
+        ),
+    )
+    response = finished(api, step, broker)
+    assert {r.group_id: r.error_code for r in response.results} == {
+        "billing": ErrorCode.none,
+        "audit": ErrorCode.group_authorization_failed,
+    }
+
+
+async def test_delete_groups_by_a_read_only_key_is_refused_without_the_broker() -> None:
+    ctx = context(42, 0, bindings=read_only_bindings(TENANT, KEY))
+
+    step = await groups.delete_groups(ctx, ctx.api.request(groups_names=("billing",)))
+
+    response = answered(ctx.api, step)
+    assert [(r.group_id, r.error_code) for r in response.results] == [
+        ("billing", ErrorCode.group_authorization_failed)
+    ]
+
+
+# Topic administration
+
+
+def create_request(api: ApiSchema, topics: Mapping[str, int]) -> Any:
+    return api.request(
+        topics=tuple(
+            api.make_request(
+                "CreatableTopic",
+                name=name,
+                num_partitions=count,
+                replication_factor=-1,
+                assignments=(),
+                configs=(),
+            )
+            for name, count in topics.items()
+        ),
+        timeout=datetime.timedelta(seconds=30),
+        validate_only=False,
+    )
+
+
+def create_response(api: ApiSchema, results: Mapping[str, tuple[ErrorCode, str | None]]) -> Any:
+    return api.response(
+        throttle_time=NO_THROTTLE,
+        topics=tuple(
+            api.make(
+                "CreatableTopicResult",
+                name=name,
+                topic_id=ORDERS_ID,
+                error_code=code,
+                error_message=message,
+                configs=None,
+            )
+            for name, (code, message) in results.items()
+        ),
+    )
+
+
+LIMITED = Quotas(max_partitions=10)
+HOLDING_SIX = {"acme.a": 4, "acme.b": 2, "globex.big": 100}
+"""The tenant holds 6 partitions; another tenant's 100 do not count."""
+
+
+@pytest.mark.parametrize("version", [2, 7])
+async def test_create_topics_that_fit_the_partition_limit_are_forwarded(version: int) -> None:
+    lookups = StubLookups(partitions=HOLDING_SIX)
+    ctx = context(19, version, quotas=LIMITED, lookups=lookups)
+
+    step = await topics.create_topics(ctx, create_request(ctx.api, {"t1": 3, "t2": 1}))
+
+    sent = broker_receives(ctx.api, step)
+    assert [(t.name, t.num_partitions) for t in sent.topics] == [("acme.t1", 3), ("acme.t2", 1)]
+    assert lookups.created_asked == [["acme.t1", "acme.t2"]]
+
+
+async def test_create_topics_over_the_partition_limit_is_a_policy_violation() -> None:
+    lookups = StubLookups(partitions=HOLDING_SIX)
+    ctx = context(19, 7, quotas=LIMITED, lookups=lookups)
+
+    step = await topics.create_topics(ctx, create_request(ctx.api, {"t1": 3, "t2": 3}))
+
+    sent = broker_receives(ctx.api, step)
+    assert [t.name for t in sent.topics] == ["acme.t1"]
+    response = finished(
+        ctx.api, step, create_response(ctx.api, {"acme.t1": (ErrorCode.none, None)})
+    )
+    results = by_name(response.topics)
+    assert results["t1"].error_code == ErrorCode.none
+    assert results["t2"].error_code == ErrorCode.policy_violation
+    assert results["t2"].error_message == (
+        "the tenant may hold at most 10 partitions; it holds 9 and this would add 3"
+    )
+
+
+async def test_create_topics_counts_the_brokers_default_partition_count() -> None:
+    lookups = StubLookups(partitions=HOLDING_SIX, default_partitions=4)
+    ctx = context(19, 7, quotas=LIMITED, lookups=lookups)
+
+    step = await topics.create_topics(ctx, create_request(ctx.api, {"t1": -1, "t2": -1}))
+
+    assert [t.name for t in broker_receives(ctx.api, step).topics] == ["acme.t1"]
+    assert isinstance(step, Forward)
+    refused = by_name(step.finish(create_response(ctx.api, {})).topics)
+    assert refused["t2"].error_code == ErrorCode.policy_violation
+    assert "holds 10 and this would add 4" in refused["t2"].error_message
+
+
+async def test_create_topics_without_a_limit_does_not_count_partitions() -> None:
+    lookups = StubLookups(partitions=HOLDING_SIX)
+    ctx = context(19, 7, lookups=lookups)
+
+    step = await topics.create_topics(ctx, create_request(ctx.api, {"t1": 1000}))
+
+    assert [t.name for t in broker_receives(ctx.api, step).topics] == ["acme.t1"]
+    assert lookups.created_asked == []
+
+
+async def test_create_topics_with_an_empty_name_is_an_invalid_topic() -> None:
+    ctx = context(19, 7)
+
+    step = await topics.create_topics(ctx, create_request(ctx.api, {"": 1}))
+
+    response = answered(ctx.api, step)
+    (result,) = response.topics
+    assert (result.name, result.error_code) == ("", ErrorCode.invalid_topic_exception)
+
+
+async def test_create_topics_error_messages_name_the_topic_as_the_tenant_knows_it() -> None:
+    ctx = context(19, 7)
+    step = await topics.create_topics(ctx, create_request(ctx.api, {"orders": 1}))
+
+    broker = create_response(
+        ctx.api,
+        {"acme.orders": (ErrorCode.topic_already_exists, "Topic 'acme.orders' already exists.")},
+    )
+    response = finished(ctx.api, step, broker)
+
+    (result,) = response.topics
+    assert (result.name, result.error_message) == ("orders", "Topic 'orders' already exists.")
+
+
+async def test_create_topics_needs_create_on_the_cluster_or_the_topic() -> None:
+    ctx = context(19, 7, bindings=read_only_bindings(TENANT, KEY))
+
+    step = await topics.create_topics(ctx, create_request(ctx.api, {"orders": 1}))
+
+    response = answered(ctx.api, step)
+    assert response.topics[0].error_code == ErrorCode.topic_authorization_failed
+
+
+def create_partitions_request(api: ApiSchema, counts: Mapping[str, int]) -> Any:
+    return api.request(
+        topics=tuple(
+            api.make_request("CreatePartitionsTopic", name=name, count=count, assignments=None)
+            for name, count in counts.items()
+        ),
+        timeout=datetime.timedelta(seconds=30),
+        validate_only=False,
+    )
+
+
+@pytest.mark.parametrize("version", [0, 3])
+async def test_create_partitions_over_the_partition_limit_is_a_policy_violation(
+    version: int,
+) -> None:
+    lookups = StubLookups(partitions={"acme.orders": 4, "acme.audit": 4, "globex.big": 100})
+    ctx = context(37, version, quotas=LIMITED, lookups=lookups)
+
+    request = create_partitions_request(ctx.api, {"orders": 6, "audit": 5})
+    step = await topics.create_partitions(ctx, request)
+
+    assert [(t.name, t.count) for t in broker_receives(ctx.api, step).topics] == [
+        ("acme.orders", 6)
+    ]
+    broker = ctx.api.response(
+        throttle_time=NO_THROTTLE,
+        results=(
+            ctx.api.make(
+                "CreatePartitionsTopicResult",
+                name="acme.orders",
+                error_code=ErrorCode.none,
+                error_message=None,
+            ),
+        ),
+    )
+    response = finished(ctx.api, step, broker)
+    results = by_name(response.results)
+    assert results["orders"].error_code == ErrorCode.none
+    assert results["audit"].error_code == ErrorCode.policy_violation
+    assert results["audit"].error_message == (
+        "the tenant may hold at most 10 partitions; it holds 10 and this would add 1"
+    )
+
+
+async def test_delete_topics_by_another_tenants_id_is_unknown_topic_id() -> None:
+    ctx = context(20, 6)
+    api = ctx.api
+    request = api.request(
+        topics=(api.make_request("DeleteTopicState", name=None, topic_id=THEIRS_ID),),
+        timeout=datetime.timedelta(seconds=30),
+    )
+
+    response = answered(api, await topics.delete_topics(ctx, request))
+
+    (result,) = response.responses
+    assert (result.name, result.topic_id, result.error_code) == (
+        None,
+        THEIRS_ID,
+        ErrorCode.unknown_topic_id,
+    )
+
+
+async def test_delete_topics_by_the_tenants_own_id_is_forwarded_by_name() -> None:
+    ctx = context(20, 6)
+    api = ctx.api
+    request = api.request(
+        topics=(
+            api.make_request("DeleteTopicState", name=None, topic_id=ORDERS_ID),
+            api.make_request("DeleteTopicState", name=None, topic_id=UNKNOWN_ID),
+        ),
+        timeout=datetime.timedelta(seconds=30),
+    )
+
+    step = await topics.delete_topics(ctx, request)
+
+    (sent,) = broker_receives(api, step).topics
+    assert sent.name == "acme.orders"
+    assert sent.topic_id in (None, ZERO_ID)  # by name only: kio reads the zero id as None
+    broker = api.response(
+        throttle_time=NO_THROTTLE,
+        responses=(
+            api.make(
+                "DeletableTopicResult",
+                name="acme.orders",
+                topic_id=ORDERS_ID,
+                error_code=ErrorCode.none,
+                error_message=None,
+            ),
+        ),
+    )
+    response = finished(api, step, broker)
+    assert {(r.name, r.topic_id): r.error_code for r in response.responses} == {
+        ("orders", ORDERS_ID): ErrorCode.none,
+        (None, UNKNOWN_ID): ErrorCode.unknown_topic_id,
+    }
+
+
+async def test_delete_topics_by_name_maps_names_and_refuses_denied_ones() -> None:
+    ctx = context(20, 1, bindings=denying(TOPIC, "audit", Operation.DELETE))
+    api = ctx.api
+
+    step = await topics.delete_topics(
+        ctx, api.request(topic_names=("orders", "audit"), timeout=datetime.timedelta(seconds=30))
+    )
+
+    assert broker_receives(api, step).topic_names == ("acme.orders",)
+    broker = api.response(
+        throttle_time=NO_THROTTLE,
+        responses=(
+            api.make("DeletableTopicResult", name="acme.orders", error_code=ErrorCode.none),
+        ),
+    )
+    response = finished(api, step, broker)
+    assert {r.name: r.error_code for r in response.responses} == {
+        "orders": ErrorCode.none,
+        "audit": ErrorCode.topic_authorization_failed,
+    }
+
+
+def describe_configs_request(api: ApiSchema, resources: Sequence[tuple[int, str]]) -> Any:
+    return api.request(
+        resources=tuple(
+            api.make_request(
+                "DescribeConfigsResource",
+                resource_type=kind,
+                resource_name=name,
+                configuration_keys=None,
+            )
+            for kind, name in resources
+        ),
+        include_synonyms=False,
+        include_documentation=False,
+    )
+
+
+@pytest.mark.parametrize("version", [1, 4])
+async def test_describe_configs_of_a_broker_is_cluster_authorization_failed(version: int) -> None:
+    ctx = context(32, version)
+    request = describe_configs_request(ctx.api, [(BROKER_RESOURCE, "0")])
+
+    response = answered(ctx.api, await topics.describe_configs(ctx, request))
+
+    (result,) = response.results
+    assert (result.resource_type, result.resource_name, result.error_code) == (
+        BROKER_RESOURCE,
+        "0",
+        ErrorCode.cluster_authorization_failed,
+    )
+    assert result.error_message
+
+
+async def test_describe_configs_forwards_the_tenants_topics_beside_a_refused_broker() -> None:
+    ctx = context(32, 4)
+    api = ctx.api
+    request = describe_configs_request(api, [(TOPIC_RESOURCE, "orders"), (BROKER_RESOURCE, "0")])
+
+    step = await topics.describe_configs(ctx, request)
+
+    sent = broker_receives(api, step)
+    assert [(r.resource_type, r.resource_name) for r in sent.resources] == [
+        (TOPIC_RESOURCE, "acme.orders")
+    ]
+    broker = api.response(
+        throttle_time=NO_THROTTLE,
+        results=tuple(
+            api.make(
+                "DescribeConfigsResult",
+                error_code=ErrorCode.none,
+                error_message=None,
+                resource_type=TOPIC_RESOURCE,
+                resource_name=name,
+                configs=(),
+            )
+            for name in ["acme.orders", "globex.payments"]
+        ),
+    )
+    response = finished(api, step, broker)
+    assert {r.resource_name: r.error_code for r in response.results} == {
+        "orders": ErrorCode.none,
+        "0": ErrorCode.cluster_authorization_failed,
+    }
+
+
+# Client quotas
+
+
+def quota_store() -> StubQuotaStore:
+    return StubQuotaStore(
+        {
+            "acme": Quotas(producer_byte_rate=1e6, max_partitions=10),
+            "globex": Quotas(consumer_byte_rate=2e6),
+            "initech": Quotas(),
+        }
+    )
+
+
+def describe_quotas_request(api: ApiSchema, match: str | None = None) -> Any:
+    components = (
+        ()
+        if match is None
+        else (api.make_request("ComponentData", entity_type="user", match_type=0, match=match),)
+    )
+    return api.request(components=components, strict=False)
+
+
+def alter_quotas_request(
+    api: ApiSchema,
+    tenant: str,
+    ops: Mapping[str, float | None],
+    *,
+    validate_only: bool = False,
+) -> Any:
+    return api.request(
+        entries=(
+            api.make_request(
+                "EntryData",
+                entity=(api.make_request("EntityData", entity_type="user", entity_name=tenant),),
+                ops=tuple(
+                    api.make_request("OpData", key=key, value=value or 0.0, remove=value is None)
+                    for key, value in ops.items()
+                ),
+            ),
+        ),
+        validate_only=validate_only,
+    )
+
+
+@pytest.mark.parametrize("version", [0, 1])
+async def test_describe_client_quotas_is_for_platform_admins_only(version: int) -> None:
+    ctx = context(48, version, store=quota_store())
+
+    step = await client_quotas.describe_client_quotas(ctx, describe_quotas_request(ctx.api))
+
+    response = answered(ctx.api, step)
+    assert response.error_code == ErrorCode.cluster_authorization_failed
+    assert response.entries is None
+
+
+async def test_describe_client_quotas_lists_every_tenant_with_quotas() -> None:
+    ctx = context(48, 1, platform_admin=True, store=quota_store())
+
+    step = await client_quotas.describe_client_quotas(ctx, describe_quotas_request(ctx.api))
+
+    response = answered(ctx.api, step)
+    assert response.error_code == ErrorCode.none
+    seen = {
+        tuple((e.entity_type, e.entity_name) for e in entry.entity): {
+            v.key: v.value for v in entry.values
+        }
+        for entry in response.entries
+    }
+    assert seen == {
+        (("user", "acme"),): {"producer_byte_rate": 1e6, "max_partitions": 10.0},
+        (("user", "globex"),): {"consumer_byte_rate": 2e6},
+    }
+
+
+async def test_describe_client_quotas_for_one_tenant() -> None:
+    ctx = context(48, 1, platform_admin=True, store=quota_store())
+
+    request = describe_quotas_request(ctx.api, match="globex")
+    response = answered(ctx.api, await client_quotas.describe_client_quotas(ctx, request))
+
+    assert [e.entity[0].entity_name for e in response.entries] == ["globex"]
+
+
+@pytest.mark.parametrize("version", [0, 1])
+async def test_alter_client_quotas_is_for_platform_admins_only(version: int) -> None:
+    store = quota_store()
+    ctx = context(49, version, store=store)
+
+    request = alter_quotas_request(ctx.api, "acme", {"producer_byte_rate": 5e6})
+    response = answered(ctx.api, await client_quotas.alter_client_quotas(ctx, request))
+
+    assert [e.error_code for e in response.entries] == [ErrorCode.cluster_authorization_failed]
+    assert store.writes == []
+
+
+async def test_alter_client_quotas_sets_and_removes_values_through_the_store() -> None:
+    store = quota_store()
+    ctx = context(49, 1, platform_admin=True, store=store)
+
+    request = alter_quotas_request(
+        ctx.api,
+        "acme",
+        {"producer_byte_rate": None, "consumer_byte_rate": 3e6, "max_partitions": 20.0},
+    )
+    response = answered(ctx.api, await client_quotas.alter_client_quotas(ctx, request))
+
+    assert [(e.error_code, e.entity[0].entity_name) for e in response.entries] == [
+        (ErrorCode.none, "acme")
+    ]
+    assert store.writes == [
+        ("acme", Quotas(producer_byte_rate=None, consumer_byte_rate=3e6, max_partitions=20))
+    ]
+    assert isinstance(store.writes[0][1].max_partitions, int)
+
+
+@pytest.mark.parametrize(
+    ("tenant", "ops", "message"),
+    [
+        ("acme", {"request_percentage": 50.0}, "unknown quota key 'request_percentage'"),
+        ("nobody", {"producer_byte_rate": 1e6}, "tenant 'nobody' does not exist"),
+        ("acme", {"producer_byte_rate": 1e6, "consumer_byte_rate": -1.0}, "must be positive"),
+    ],
+    ids=["unknown-key", "unknown-tenant", "negative"],
+)
+async def test_alter_client_quotas_refuses_what_it_cannot_apply(
+    tenant: str, ops: Mapping[str, float | None], message: str
+) -> None:
+    store = quota_store()
+    ctx = context(49, 1, platform_admin=True, store=store)
+
+    request = alter_quotas_request(ctx.api, tenant, ops)
+    response = answered(ctx.api, await client_quotas.alter_client_quotas(ctx, request))
+
+    (entry,) = response.entries
+    assert entry.error_code == ErrorCode.invalid_request
+    assert message in entry.error_message
+    assert store.writes == []
+
+
+async def test_alter_client_quotas_validate_only_writes_nothing() -> None:
+    store = quota_store()
+    ctx = context(49, 1, platform_admin=True, store=store)
+
+    request = alter_quotas_request(ctx.api, "acme", {"producer_byte_rate": 5e6}, validate_only=True)
+    response = answered(ctx.api, await client_quotas.alter_client_quotas(ctx, request))
+
+    assert [e.error_code for e in response.entries] == [ErrorCode.none]
+    assert store.writes == []
+    assert store.quotas["acme"].producer_byte_rate == 1e6
+
+
+# Every rewriter at both ends of its version range
+#
+# A generated request fills every field that has no default with a plain
+# value: strings are the tenant's name "x" in requests and the broker's
+# "acme.x" in responses, arrays hold one element, ids are the tenant's own.
+# Whatever a rewriter decides, the result must be deliverable: a forwarded
+# request the broker's guard accepts and a response the client can decode.
+
+_GENERATED_ID = ORDERS_ID
+_SAFE_FIELDS: Mapping[str, Any] = {
+    "acks": -1,  # acks=0 expects no response; covered by the Produce tests
+    "replica_id": -1,  # replica requests are refused; covered by the Fetch tests
+    "resource_type": TOPIC_RESOURCE,
+    "entity_type": "user",
+}
+
+
+def _sample(tp: Any, text: str) -> Any:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        (inner, *_) = [a for a in typing.get_args(tp) if a is not type(None)]
+        return _sample(inner, text)
+    if origin is tuple:
+        return (_sample(typing.get_args(tp)[0], text),)
+    if dataclasses.is_dataclass(tp):
+        return minimal_entity(tp, text)
+    assert isinstance(tp, type), tp
+    simple: list[tuple[type, Any]] = [
+        (enum.Enum, None),
+        (bool, False),
+        (bytes, b""),
+        (str, text),
+        (int, 0),
+        (float, 1.0),
+        (datetime.timedelta, datetime.timedelta(0)),
+        (datetime.datetime, None),
+        (uuid.UUID, _GENERATED_ID),
+    ]
+    for base, value in simple:
+        if issubclass(tp, base):
+            return next(iter(tp)) if base is enum.Enum else value
+    raise TypeError(f"no sample value for {tp!r}")
+
+
+def minimal_entity(cls: type[Any], text: str) -> Any:
+    hints = typing.get_type_hints(cls)
+    values = {}
+    for f in dataclasses.fields(cls):
+        if f.name in _SAFE_FIELDS:
+            values[f.name] = _SAFE_FIELDS[f.name]
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            values[f.name] = _sample(hints[f.name], text)
+    return cls(**values)
+
+
+_KEYS = {
+    "full": default_bindings(TENANT, KEY),
+    "read-only": read_only_bindings(TENANT, KEY),
+    "no-acls": [],
+}
+_EVERY_END = [
+    pytest.param(api_key, version, id=f"{rewriter.__name__}-{api_key}-v{version}")
+    for api_key, ((low, high), rewriter) in REWRITERS.items()
+    for version in sorted({low, high})
+]
+
+
+@pytest.mark.parametrize("key", list(_KEYS))
+@pytest.mark.parametrize(("api_key", "version"), _EVERY_END)
+async def test_every_rewriter_result_is_deliverable(api_key: int, version: int, key: str) -> None:
+    _, rewriter = REWRITERS[api_key]
+    store = StubQuotaStore({"x": Quotas(max_partitions=5)})
+    lookups = StubLookups(partitions={"acme.x": 1})
+    ctx = context(
+        api_key,
+        version,
+        bindings=_KEYS[key],
+        quotas=Quotas(max_partitions=100),
+        platform_admin=key == "full",
+        lookups=lookups,
+        store=store,
+        fetch_cap=1_000_000,
+    )
+    request = minimal_entity(ctx.api.request_class, "x")
+
+    step = await rewriter(ctx, request)
+
+    if isinstance(step, Answer):
+        answered(ctx.api, step)
+    else:
+        broker_receives(ctx.api, step)
+        assert step.expects_response
+        finished(ctx.api, step, minimal_entity(ctx.api.response_class, "acme.x"))
