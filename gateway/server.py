@@ -251,6 +251,10 @@ class Gateway:
             listener.host,
             port,
             ssl=listener.tls,
+            # A client that never starts TLS is as unauthenticated as one that never logs in.
+            ssl_handshake_timeout=(
+                self.config.authentication_timeout_ms / 1000 if listener.tls else None
+            ),
             limit=2**20,
             reuse_address=True,
         )

@@ -267,10 +267,11 @@ class ClientSession:
             return None
         tenancy = self.services.tenancy
         key = await tenancy.verifier.verify(credentials.username, credentials.password)
-        if key is None or (
-            key.tenant not in tenancy.snapshot.tenants
-            and await tenancy.store.get_tenant(key.tenant) is None
-        ):
+        if key is not None and tenancy.access(key.key_id) is None:
+            # Made since the last poll: read the records now, so that the key's
+            # first request is served rather than refused as unknown.
+            await tenancy.load()
+        if key is None or tenancy.access(key.key_id) is None:
             log.info(
                 "event=gateway_auth_failed peer=%s key=%s reason=bad_credentials",
                 self.peer,
