@@ -294,10 +294,11 @@ class ClientSession:
 
     async def _serve(self) -> None:
         while True:
-            delay = self._muted_until - time.monotonic()
-            if delay > 0:
-                await asyncio.sleep(delay)
+            await self._wait_out_throttle()
             frame = await self._read_frame()
+            # A fetch's throttle is known only when its answer comes back, which
+            # may be after the next request was read: it waits all the same.
+            await self._wait_out_throttle()
             try:
                 header, api, body = self._decode(frame, self.services.versions)
             except _UnsupportedApiVersionsError as exc:
@@ -350,6 +351,11 @@ class ClientSession:
             self._pending.append(_Pending(slot, header, api, finish, access.tenant, consume_limit))
             await self._slots.put(slot)
         await upstream.drain()
+
+    async def _wait_out_throttle(self) -> None:
+        delay = self._muted_until - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
 
     def _mute(self, throttle_ms: int) -> None:
         if throttle_ms > 0:
