@@ -1,0 +1,351 @@
+"""Byte-rate quotas under load: the limited tenant is held at its quota, the others are not.
+
+Acceptance: a tenant limited to 1 MB/s producing flat out is held within 15%
+of 1 MB/s over 20 s while another tenant's throughput is unaffected; the same
+for consuming.
+
+Each test runs two tenants on one gateway in front of one broker: A with a
+1 MB/s quota in the direction under test, B unlimited. B starts first and is
+measured alone for 5 s, then A starts, flat out, and after A's warm-up both
+are measured over the same 20 s; A stops and B is measured alone for 5 s
+more. B must keep 70% or more of its rate alone (two cores serve the client,
+the gateway and the broker, so A's own work costs B something; a throttle
+that leaked onto B would cost far more) and three times A's rate or more.
+
+What is counted is payload: the bytes of record values (the records have no
+keys) acknowledged to the producer, or handed to the consumer, per second,
+with 1 MB = 10^6 bytes. The gateway counts whole produce request and fetch
+response frames, which add record, batch and request headers: with 10 kB
+values and 100 kB batches that is well under 1%, so payload sits a hair under
+the quota when the gateway is exact.
+
+Why these settings: ``batch.size`` of 100 kB makes one produce request a
+tenth of a second of A's quota, so the throttle is applied in small steps
+rather than one second at a time; a producer queue of 4 MB keeps A's queued
+records a few seconds from their request timeout however long the throttle.
+Consumers ask for up to 10 MB per partition and wait at most 10 ms for data,
+so that B is bounded by the gateway and the broker, not by fetch sizes or
+by long polls each time it starts its backlog over; A's fetches are capped
+by the gateway at one second of its quota (1 MB) whatever it asks for.
+librdkafka does not implement KIP-219 (it reports throttle times but sends
+on), so what holds A back is the gateway not reading from A's connections.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from conftest import GatewayCluster, start_gateway_cluster
+from gateway_env import TenantKey
+from harness import EtcdServer
+from shoal.tenancy.model import Quotas
+
+QUOTA = 1_000_000
+"""Bytes per second: 1 MB/s."""
+TOLERANCE = 0.15
+VALUE_SIZE = 10_000
+MEASURE_S = 20.0
+WARM_UP_S = 3.0
+"""A's first seconds are left out: a tenant with no history gets a burst, then is throttled."""
+SOLO_S = 5.0
+"""How long B is measured alone before A starts, and again after A stops."""
+B_WARM_UP_PRODUCE_S = 10.0
+"""How long B produces before it is measured: several GB, enough for the kernel to start writing
+back dirty pages, which costs B about a third of its rate from then on (seen at 8-10 s)."""
+B_WARM_UP_CONSUME_S = 1.0
+B_UNAFFECTED = 0.7
+B_OVER_A = 3.0
+BACKLOG_BYTES = 40_000_000
+"""Each tenant's backlog for the consume test: A needs about 25 MB over warm-up and 20 s."""
+TENANCY_POLL_S = 1.0
+"""Longer than the gateway's tenancy poll (300 ms in tests): a new tenant is seen by then."""
+
+PURGED = (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT)
+"""What a stopped producer's dropped records are reported with: not failures."""
+PRODUCER_SETTINGS: dict[str, Any] = {
+    "acks": "all",
+    "linger.ms": 5,
+    "batch.size": 100_000,
+    "queue.buffering.max.kbytes": 4096,
+}
+CONSUMER_SETTINGS: dict[str, Any] = {
+    "enable.auto.commit": False,
+    "enable.partition.eof": True,
+    "fetch.wait.max.ms": 10,
+    "max.partition.fetch.bytes": 10_485_760,
+}
+
+
+@pytest.fixture(scope="module")
+def cluster(
+    etcd: EtcdServer, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[GatewayCluster]:
+    """One broker behind one gateway: the load tests need the cores, not replicas."""
+    root = tmp_path_factory.mktemp("gateway-quota-limits")
+    gateway_cluster, started = start_gateway_cluster(etcd, root, brokers=1)
+    yield gateway_cluster
+    failed = any(
+        getattr(item, "report_call", None) is not None and item.report_call.failed
+        for item in request.session.items
+        if item.module is request.module
+    )
+    if gateway_cluster.gateway.running:
+        gateway_cluster.gateway.stop()
+    for broker in started:
+        if broker.running:
+            broker.kill()
+        if failed:
+            print(f"\n----- broker {broker.node_id} log -----\n{broker.log_tail()}")
+    if failed:
+        print(f"\n----- gateway log -----\n{gateway_cluster.gateway.log_tail()}")
+    shutil.rmtree(root, ignore_errors=True)
+
+
+class Meter:
+    """(monotonic time, payload bytes) of each acknowledgement or delivery, and rates over spans."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[float, int]] = []
+
+    def add(self, nbytes: int) -> None:
+        self.events.append((time.monotonic(), nbytes))
+
+    def rate(self, start: float, end: float) -> float:
+        """Payload bytes per second in [start, end)."""
+        return sum(n for t, n in list(self.events) if start <= t < end) / (end - start)
+
+    def per_second(self, start: float, end: float) -> list[float]:
+        """MB in each whole second of [start, end), for the report."""
+        return [self.rate(s, s + 1) / 1e6 for s in _seconds(start, end)]
+
+
+def _seconds(start: float, end: float) -> list[float]:
+    return [start + i for i in range(int(end - start))]
+
+
+class FlatOutProducer(threading.Thread):
+    """Produces VALUE_SIZE-byte records as fast as the client takes them until stopped."""
+
+    def __init__(self, key: TenantKey, topic: str) -> None:
+        super().__init__(daemon=True, name=f"produce-{key.tenant}")
+        self.config = key.librdkafka(**PRODUCER_SETTINGS)
+        self.topic = topic
+        self.meter = Meter()
+        self.errors: list[str] = []
+        self.unflushed = 0
+        self._stopping = threading.Event()
+
+    def run(self) -> None:
+        producer = Producer(self.config)
+        value = os.urandom(VALUE_SIZE)
+
+        def delivered(err: KafkaError | None, msg: Any) -> None:
+            if err is None:
+                self.meter.add(len(msg.value()))
+            elif err.code() not in PURGED:
+                self.errors.append(err.str())
+
+        while not self._stopping.is_set():
+            try:
+                producer.produce(self.topic, value, on_delivery=delivered)
+            except BufferError:
+                producer.poll(0.01)
+            producer.poll(0)
+        # What is still queued or in flight would take a throttled tenant
+        # seconds to send; B is measured alone again once this returns.
+        producer.purge(in_queue=True, in_flight=True)
+        self.unflushed = producer.flush(30)
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self.join(60)
+
+
+class FlatOutConsumer(threading.Thread):
+    """Reads partition 0 from the beginning as fast as it can until stopped.
+
+    With ``loop`` it starts again from offset 0 whenever it reaches the end,
+    so a modest backlog keeps it busy; without, reaching the end is noted in
+    ``reached_end`` (the measurement would then be of an idle consumer).
+    """
+
+    def __init__(self, key: TenantKey, topic: str, loop: bool) -> None:
+        super().__init__(daemon=True, name=f"consume-{key.tenant}")
+        self.config = key.librdkafka(**{"group.id": f"{key.tenant}-reader", **CONSUMER_SETTINGS})
+        self.topic = topic
+        self.loop = loop
+        self.meter = Meter()
+        self.reached_end = False
+        self.errors: list[str] = []
+        self._stopping = threading.Event()
+
+    def run(self) -> None:
+        consumer = Consumer(self.config)
+        consumer.assign([TopicPartition(self.topic, 0, 0)])
+        try:
+            while not self._stopping.is_set():
+                nbytes = 0
+                for message in consumer.consume(1000, 0.05):
+                    error = message.error()
+                    if error is None:
+                        nbytes += len(message.value())
+                    elif error.code() == KafkaError._PARTITION_EOF:
+                        self.reached_end = True
+                        if self.loop:
+                            consumer.seek(TopicPartition(self.topic, 0, 0))
+                    else:
+                        self.errors.append(error.str())
+                if nbytes:
+                    self.meter.add(nbytes)
+        finally:
+            consumer.close()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self.join(60)
+
+
+def create_topic(key: TenantKey, topic: str) -> None:
+    admin = AdminClient(key.librdkafka())
+    admin.create_topics([NewTopic(topic, 1)])[topic].result(30)
+
+
+def fill(key: TenantKey, topic: str, nbytes: int) -> None:
+    producer = Producer(key.librdkafka(**PRODUCER_SETTINGS))
+    value = os.urandom(VALUE_SIZE)
+    for _ in range(nbytes // VALUE_SIZE):
+        while True:
+            try:
+                producer.produce(topic, value)
+                break
+            except BufferError:
+                producer.poll(0.01)
+    assert producer.flush(60) == 0
+
+
+class Load(Protocol):
+    """A flat-out client thread and what it has moved so far."""
+
+    meter: Meter
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+@dataclass
+class SideBySide:
+    """A's and B's payload rates over the same span, and B's while it ran alone."""
+
+    a: float
+    b: float
+    b_solo: float
+    a_warm_up: float
+
+    def check(self, gateway_log: Path) -> None:
+        assert abs(self.a - QUOTA) <= TOLERANCE * QUOTA, (
+            f"A moved {self.a / 1e6:.3f} MB/s over {MEASURE_S:g} s, outside"
+            f" {QUOTA / 1e6:g} MB/s +/- {TOLERANCE:.0%} (gateway log {gateway_log})"
+        )
+        assert self.b >= B_OVER_A * self.a, (
+            f"B {self.b / 1e6:.2f} MB/s is not {B_OVER_A:g}x A's {self.a / 1e6:.3f} MB/s"
+        )
+        assert self.b >= B_UNAFFECTED * self.b_solo, (
+            f"B fell from {self.b_solo / 1e6:.1f} MB/s alone to {self.b / 1e6:.1f} MB/s beside A"
+        )
+
+
+def side_by_side(limited: Load, unlimited: Load, b_warm_up_s: float) -> SideBySide:
+    """B alone, then A too, then B alone again; B's solo rate is over both lone spans.
+
+    Measuring B alone on both sides of A's run keeps the machine's drift (page
+    cache write-back, the other processes' bursts) out of the comparison.
+    """
+    unlimited.start()
+    before = time.monotonic() + b_warm_up_s
+    time.sleep(before + SOLO_S - time.monotonic())
+    a_started = time.monotonic()
+    limited.start()
+    start = a_started + WARM_UP_S
+    end = start + MEASURE_S
+    time.sleep(end - time.monotonic())
+    limited.stop()
+    after = time.monotonic() + 0.5
+    time.sleep(after + SOLO_S - time.monotonic())
+    unlimited.stop()
+    b_alone = unlimited.meter.per_second(before, before + SOLO_S)
+    b_alone += unlimited.meter.per_second(after, after + SOLO_S)
+    figures = SideBySide(
+        a=limited.meter.rate(start, end),
+        b=unlimited.meter.rate(start, end),
+        b_solo=sum(b_alone) * 1e6 / len(b_alone),
+        a_warm_up=limited.meter.rate(a_started, start),
+    )
+    print(
+        f"\nA {figures.a / 1e6:.3f} MB/s over {MEASURE_S:g} s"
+        f" (warm-up {figures.a_warm_up / 1e6:.3f} MB/s);"
+        f" B {figures.b / 1e6:.1f} MB/s beside A, {figures.b_solo / 1e6:.1f} MB/s alone"
+        f"\nMB in each second, A: {_listing(limited.meter.per_second(start, end), 2)}"
+        f"\nB beside A: {_listing(unlimited.meter.per_second(start, end), 1)}"
+        f"\nB alone, before and after: {_listing(b_alone, 1)}"
+    )
+    return figures
+
+
+def _listing(values: list[float], digits: int) -> str:
+    return " ".join(f"{v:.{digits}f}" for v in values)
+
+
+def test_a_producer_at_its_quota_is_held_there_and_others_are_not_slowed(
+    cluster: GatewayCluster,
+) -> None:
+    a = cluster.tenant("produce-limited", quotas=Quotas(producer_byte_rate=QUOTA))
+    b = cluster.tenant("produce-free")
+    time.sleep(TENANCY_POLL_S)
+    for key in (a, b):
+        create_topic(key, "load")
+    producer_a = FlatOutProducer(a, "load")
+    producer_b = FlatOutProducer(b, "load")
+    try:
+        figures = side_by_side(producer_a, producer_b, B_WARM_UP_PRODUCE_S)
+    finally:
+        for producer in (producer_a, producer_b):
+            if producer.is_alive():
+                producer.stop()
+    for producer in (producer_a, producer_b):
+        assert not producer.errors, producer.errors[:3]
+        assert producer.unflushed == 0
+    figures.check(cluster.gateway.log_path)
+
+
+def test_a_consumer_at_its_quota_is_held_there_and_others_are_not_slowed(
+    cluster: GatewayCluster,
+) -> None:
+    a = cluster.tenant("consume-limited", quotas=Quotas(consumer_byte_rate=QUOTA))
+    b = cluster.tenant("consume-free")
+    time.sleep(TENANCY_POLL_S)
+    for key in (a, b):
+        create_topic(key, "backlog")
+        fill(key, "backlog", BACKLOG_BYTES)
+    consumer_a = FlatOutConsumer(a, "backlog", loop=False)
+    consumer_b = FlatOutConsumer(b, "backlog", loop=True)
+    try:
+        figures = side_by_side(consumer_a, consumer_b, B_WARM_UP_CONSUME_S)
+    finally:
+        for consumer in (consumer_a, consumer_b):
+            if consumer.is_alive():
+                consumer.stop()
+    for consumer in (consumer_a, consumer_b):
+        assert not consumer.errors, consumer.errors[:3]
+    assert not consumer_a.reached_end, "A read its whole backlog: the measurement ran dry"
+    figures.check(cluster.gateway.log_path)
