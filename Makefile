@@ -53,6 +53,7 @@ bench: $(VENV)/.installed-test
 	$(BIN)/python benchmarks/produce_consume.py
 	$(BIN)/python benchmarks/group_consume.py
 	$(BIN)/python benchmarks/replicated.py
+	$(BIN)/python benchmarks/gateway.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
