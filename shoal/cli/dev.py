@@ -158,14 +158,14 @@ class DevCluster:
                     brokers.append(broker)
                     readiness.append(ready)
                     pumps.append(asyncio.create_task(_pump(broker, f"broker-{node}", ready)))
-                ready = await self._until_ready(brokers, readiness, stop)
-                if ready:
+                serving = await self._until_ready(brokers, readiness, stop)
+                if serving:
                     # After the brokers, so that the gateway opens a port for each at once.
                     gateway = await self._start_gateway(etcd.url)
                     gateway_ready = asyncio.Event()
                     pumps.append(asyncio.create_task(_pump(gateway, "gateway", gateway_ready)))
-                    ready = await self._until_ready([*brokers, gateway], [gateway_ready], stop)
-                if ready and gateway is not None:
+                    serving = await self._until_ready([*brokers, gateway], [gateway_ready], stop)
+                if serving and gateway is not None:
                     key_id, secret = await self._demo_key(etcd.url)
                     self._write_client_files(etcd.url, key_id, secret)
                     self._announce(etcd.url, key_id)
