@@ -17,12 +17,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from shoal.broker.coordinator.config import GroupConfig
 from shoal.broker.log.config import validate_broker_defaults
 
-
-def split_host_port(value: str, default_port: int = 9092) -> tuple[str, int]:
-    host, sep, port = value.rpartition(":")
-    if not sep:
-        return value, default_port
-    return host.strip("[]") or "0.0.0.0", int(port)  # noqa: S104 - ":9092" means every interface, as in Kafka
+from shoal.host_port import split_host_port
 
 
 class BrokerConfig(BaseSettings):

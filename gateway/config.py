@@ -15,12 +15,7 @@ import socket
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-
-def split_host_port(value: str, default_port: int = 9092) -> tuple[str, int]:
-    host, sep, port = value.rpartition(":")
-    if not sep:
-        return value, default_port
-    return host.strip("[]") or "0.0.0.0", int(port)  # noqa: S104 - ":9092" means every interface
+from shoal.host_port import split_host_port
 
 
 class GatewayConfig(BaseSettings):

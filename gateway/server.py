@@ -21,13 +21,15 @@ from typing import Any, Final
 
 from shoal.gateway.apis import GATEWAY_ONLY, REWRITERS
 from shoal.gateway.cluster_view import ClusterView
-from shoal.gateway.config import GatewayConfig, split_host_port
+from shoal.gateway.config import GatewayConfig
 from shoal.gateway.membership import GatewayMembership
 from shoal.gateway.quotas import QuotaConfig, QuotaManager
 from shoal.gateway.session import ClientSession
 from shoal.gateway.tenancy_view import StoreQuotas, TenancyView
 from shoal.gateway.upstream import UpstreamError
 from shoal.tenancy.store import TenancySnapshot, TenancyStore, TenancyStoreError
+
+from shoal.host_port import split_host_port
 
 log = logging.getLogger(__name__)
 
