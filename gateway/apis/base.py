@@ -30,6 +30,8 @@ from shoal.wire import ApiSchema, ErrorCode
 
 E = ErrorCode
 NO_THROTTLE: Final = timedelta(0)
+ZERO_UUID: Final = uuid.UUID(int=0)
+"""Kafka's "no topic id"."""
 NOT_REQUESTED: Final = -(2**31)
 """Kafka's "authorized operations were not asked for" value."""
 

@@ -13,12 +13,12 @@ CreateTopics, where ACLs and the partition limit are checked.
 
 from __future__ import annotations
 
-import uuid
 from typing import Any, Final
 
 from shoal.gateway.apis.base import (
     NO_THROTTLE,
     NOT_REQUESTED,
+    ZERO_UUID,
     Answer,
     E,
     Forward,
@@ -29,7 +29,6 @@ from shoal.gateway.apis.base import (
 )
 from shoal.tenancy.model import Operation, ResourceType
 
-_ZERO_UUID: Final = uuid.UUID(int=0)
 GROUP_KEY: Final = 0
 TRANSACTION_KEY: Final = 1
 
@@ -52,7 +51,7 @@ async def metadata(ctx: RequestContext, request: Any) -> Step:
     for topic in request.topics or ():
         name = topic.name
         topic_id = getattr(topic, "topic_id", None)
-        if not name and topic_id not in (None, _ZERO_UUID):
+        if not name and topic_id not in (None, ZERO_UUID):
             # By id (v10+): only an id of the tenant's own topic is looked up.
             name = ns.outward(await ctx.lookups.topic_name(topic_id))
             if name is None:
@@ -69,7 +68,7 @@ async def metadata(ctx: RequestContext, request: Any) -> Step:
             "MetadataResponseTopic",
             error_code=code,
             name=name,
-            topic_id=topic_id or _ZERO_UUID,
+            topic_id=topic_id or ZERO_UUID,
             is_internal=False,
             partitions=(),
             topic_authorized_operations=NOT_REQUESTED,

@@ -10,11 +10,12 @@ same answer as an id that does not exist, so ids reveal nothing.
 
 from __future__ import annotations
 
-import uuid
+from collections.abc import Callable
 from typing import Any, Final
 
 from shoal.gateway.apis.base import (
     NO_THROTTLE,
+    ZERO_UUID,
     Answer,
     E,
     Forward,
@@ -23,12 +24,12 @@ from shoal.gateway.apis.base import (
     Step,
     rename_topics,
     replace,
+    topic_field,
 )
 from shoal.tenancy.model import Operation
 
 CONSUMER_REPLICA_ID: Final = -1
 """Only consumers fetch through the gateway; replica fetches are the brokers' own."""
-_ZERO_UUID: Final = uuid.UUID(int=0)
 
 
 async def produce(ctx: RequestContext, request: Any) -> Step:
@@ -162,7 +163,7 @@ async def _fetchable(ctx: RequestContext, topic: Any, by_id: bool) -> E | None:
     if by_id:
         topic_id = topic.topic_id
         broker_name = (
-            None if topic_id in (None, _ZERO_UUID) else await ctx.lookups.topic_name(topic_id)
+            None if topic_id in (None, ZERO_UUID) else await ctx.lookups.topic_name(topic_id)
         )
         name = ctx.ns.outward(broker_name)
         if name is None:
@@ -175,68 +176,65 @@ async def _fetchable(ctx: RequestContext, topic: Any, by_id: bool) -> E | None:
 
 
 async def list_offsets(ctx: RequestContext, request: Any) -> Step:
-    api, ns = ctx.api, ctx.ns
     if request.replica_id not in (CONSUMER_REPLICA_ID, -2):
         raise RefusedRequestError(f"ListOffsets for replica {request.replica_id} is internal")
-    forwarded, refused = [], []
-    for topic in request.topics:
-        if topic.name and ctx.access.may_topic(topic.name, Operation.DESCRIBE):
-            forwarded.append(replace(topic, name=ns.inward(topic.name)))
-        else:
-            refused.append(topic)
-    refusals = tuple(
-        api.make(
-            "ListOffsetsTopicResponse",
-            name=topic.name,
-            partitions=tuple(
-                api.make(
-                    "ListOffsetsPartitionResponse",
-                    partition_index=part.partition_index,
-                    error_code=E.topic_authorization_failed,
-                    timestamp=-1,
-                    offset=-1,
-                    leader_epoch=-1,
-                )
-                for part in topic.partitions
-            ),
-        )
-        for topic in refused
+    return _describe_partitions(
+        ctx,
+        request,
+        "ListOffsetsTopicResponse",
+        lambda part: ctx.api.make(
+            "ListOffsetsPartitionResponse",
+            partition_index=part.partition_index,
+            error_code=E.topic_authorization_failed,
+            timestamp=-1,
+            offset=-1,
+            leader_epoch=-1,
+        ),
     )
-    if not forwarded:
-        return Answer(api.response(throttle_time=NO_THROTTLE, topics=refusals))
-
-    def finish(response: Any) -> Any:
-        return replace(response, topics=rename_topics(response.topics, ns) + refusals)
-
-    return Forward(replace(request, topics=tuple(forwarded)), finish)
 
 
 async def offset_for_leader_epoch(ctx: RequestContext, request: Any) -> Step:
-    api, ns = ctx.api, ctx.ns
     if getattr(request, "replica_id", CONSUMER_REPLICA_ID) != CONSUMER_REPLICA_ID:
         raise RefusedRequestError("OffsetForLeaderEpoch for a replica is internal")
+    return _describe_partitions(
+        ctx,
+        request,
+        "OffsetForLeaderTopicResult",
+        lambda part: ctx.api.make(
+            "EpochEndOffset",
+            error_code=E.topic_authorization_failed,
+            partition=part.partition,
+            leader_epoch=-1,
+            end_offset=-1,
+        ),
+    )
+
+
+def _describe_partitions(
+    ctx: RequestContext,
+    request: Any,
+    topic_class: str,
+    refused_partition: Callable[[Any], Any],
+) -> Step:
+    """ListOffsets and OffsetForLeaderEpoch: DESCRIBE per topic, refused slots kept."""
+    api, ns = ctx.api, ctx.ns
     forwarded, refused = [], []
     for topic in request.topics:
-        if topic.topic and ctx.access.may_topic(topic.topic, Operation.DESCRIBE):
-            forwarded.append(replace(topic, topic=ns.inward(topic.topic)))
+        key = topic_field(topic)
+        name = getattr(topic, key)
+        if name and ctx.access.may_topic(name, Operation.DESCRIBE):
+            forwarded.append(replace(topic, **{key: ns.inward(name)}))
         else:
-            refused.append(topic)
+            refused.append((name, topic))
     refusals = tuple(
+        # The response calls its topic field what the request does; make() keeps that one.
         api.make(
-            "OffsetForLeaderTopicResult",
-            topic=topic.topic,
-            partitions=tuple(
-                api.make(
-                    "EpochEndOffset",
-                    error_code=E.topic_authorization_failed,
-                    partition=part.partition,
-                    leader_epoch=-1,
-                    end_offset=-1,
-                )
-                for part in topic.partitions
-            ),
+            topic_class,
+            name=name,
+            topic=name,
+            partitions=tuple(refused_partition(part) for part in topic.partitions),
         )
-        for topic in refused
+        for name, topic in refused
     )
     if not forwarded:
         return Answer(api.response(throttle_time=NO_THROTTLE, topics=refusals))

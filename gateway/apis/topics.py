@@ -21,6 +21,7 @@ from typing import Any, Final
 
 from shoal.gateway.apis.base import (
     NO_THROTTLE,
+    ZERO_UUID,
     Answer,
     E,
     Forward,
@@ -31,7 +32,6 @@ from shoal.gateway.apis.base import (
 )
 from shoal.tenancy.model import Operation
 
-_ZERO_UUID: Final = uuid.UUID(int=0)
 TOPIC_RESOURCE: Final = 2
 
 
@@ -85,7 +85,7 @@ async def create_topics(ctx: RequestContext, request: Any) -> Step:
         api.make(
             "CreatableTopicResult",
             name=name,
-            topic_id=_ZERO_UUID,
+            topic_id=ZERO_UUID,
             error_code=code,
             error_message=message,
             topic_config_error_code=0,
@@ -155,7 +155,7 @@ async def delete_topics(ctx: RequestContext, request: Any) -> Step:
     for given, topic_id in wanted:
         code = None
         name = given
-        if not name and topic_id not in (None, _ZERO_UUID):
+        if not name and topic_id not in (None, ZERO_UUID):
             name = ns.outward(await ctx.lookups.topic_name(topic_id))
             if name is None:
                 code = E.unknown_topic_id
@@ -168,7 +168,7 @@ async def delete_topics(ctx: RequestContext, request: Any) -> Step:
                 api.make(
                     "DeletableTopicResult",
                     name=None if code == E.unknown_topic_id else name,
-                    topic_id=topic_id or _ZERO_UUID,
+                    topic_id=topic_id or ZERO_UUID,
                     error_code=code,
                     error_message=None,
                 )
@@ -179,7 +179,7 @@ async def delete_topics(ctx: RequestContext, request: Any) -> Step:
         rewritten = replace(
             request,
             topics=tuple(
-                api.make_request("DeleteTopicState", name=ns.inward(name), topic_id=_ZERO_UUID)
+                api.make_request("DeleteTopicState", name=ns.inward(name), topic_id=ZERO_UUID)
                 for name in allowed
             ),
         )
