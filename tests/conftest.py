@@ -105,7 +105,11 @@ class GatewayCluster:
 
 
 def start_gateway_cluster(
-    etcd: EtcdServer, root: Path, brokers: int, gateway_env: dict[str, str] | None = None
+    etcd: EtcdServer,
+    root: Path,
+    brokers: int,
+    gateway_env: dict[str, str] | None = None,
+    broker_env: dict[str, str] | None = None,
 ) -> tuple[GatewayCluster, list[BrokerProcess]]:
     from gateway_env import GatewayProcess, TlsFiles
 
@@ -116,6 +120,7 @@ def start_gateway_cluster(
         "SHOAL_OFFSETS_TOPIC_REPLICATION_FACTOR": str(brokers),
         "SHOAL_OFFSETS_TOPIC_NUM_PARTITIONS": "6",
         "SHOAL_GROUP_INITIAL_REBALANCE_DELAY_MS": "0",
+        **(broker_env or {}),
     }
     processes = []
     for node in range(brokers):
@@ -152,3 +157,34 @@ def gateway_cluster(
         print(cluster.gateway.log_tail())
     _teardown(started, failed)
     shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One local SparkSession for the whole run (each takes seconds and a GiB to start),
+    with the ``shoal`` data source registered."""
+    import os
+    import sys
+
+    # Spark's Python workers must run this interpreter, which has shoal installed,
+    # and must not put the working directory (where shoal/ is only the core
+    # folder) ahead of the installed package.
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYTHONSAFEPATH"] = "1"
+    from pyspark.sql import SparkSession
+    from shoal.connector import ShoalDataSource
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("shoal-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.local.dir", str(tmp_path_factory.mktemp("spark-local")))
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    session.dataSource.register(ShoalDataSource)
+    yield session
+    session.stop()
