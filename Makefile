@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 PIP_INSTALL := $(BIN)/pip install --disable-pip-version-check --quiet
 EDITABLE := --config-settings editable_mode=strict
 
-.PHONY: dev test check pytest bench clean kcat
+.PHONY: dev test check pytest bench clean kcat java
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -44,7 +44,14 @@ check: $(VENV)/.installed-test
 	$(BIN)/mypy $(wildcard build/__editable__.shoal-*/shoal)
 	cd build && ../$(BIN)/lint-imports --config ../.importlinter
 
-pytest: $(VENV)/.installed-test kcat
+# PySpark runs Spark's JVM: the connector's tests need Java 17 or newer.
+java:
+	@command -v java >/dev/null || { \
+	  echo "installing Java 17 (Debian package, for Spark)"; \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless; \
+	  else sudo apt-get update -qq && sudo apt-get install -y -qq openjdk-17-jre-headless; fi; }
+
+pytest: $(VENV)/.installed-test kcat java
 	$(BIN)/pytest -q $(PYTEST_ARGS)
 
 test: check pytest

@@ -231,6 +231,19 @@ def parquet_rows(path: Path) -> list[tuple[int, int, bytes]]:
     )
 
 
+def copy_available_now(records: Any, out: Path, checkpoint: Path) -> None:
+    """Run a query that copies what is there now into Parquet, to its end."""
+    query = (
+        records.writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(120)
+    assert query.exception() is None
+
+
 def test_a_streaming_query_stopped_mid_way_resumes_from_its_checkpoint_exactly_once(
     spark: Any, tenant: Any, options: dict[str, str], tmp_path: Path
 ) -> None:
@@ -288,16 +301,7 @@ def test_a_query_from_latest_reads_only_what_comes_after_it_started(
     out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
 
     def run() -> None:
-        query = (
-            stream(spark, options, topic, startingOffsets="latest")
-            .writeStream.format("parquet")
-            .option("path", str(out))
-            .option("checkpointLocation", str(checkpoint))
-            .trigger(availableNow=True)
-            .start()
-        )
-        query.awaitTermination(120)
-        assert query.exception() is None
+        copy_available_now(stream(spark, options, topic, startingOffsets="latest"), out, checkpoint)
 
     run()  # pins "latest" in the checkpoint: nothing read yet
     later = produce(tenant, topic, 50, start=100)
@@ -313,16 +317,9 @@ def test_a_stream_picks_up_new_partitions(
     out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
 
     def run() -> None:
-        query = (
-            stream(spark, options, topic, startingOffsets="earliest")
-            .writeStream.format("parquet")
-            .option("path", str(out))
-            .option("checkpointLocation", str(checkpoint))
-            .trigger(availableNow=True)
-            .start()
+        copy_available_now(
+            stream(spark, options, topic, startingOffsets="earliest"), out, checkpoint
         )
-        query.awaitTermination(120)
-        assert query.exception() is None
 
     run()
     admin = AdminClient(tenant.librdkafka())
