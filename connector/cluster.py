@@ -39,11 +39,14 @@ class Cluster:
             else IsolationLevel.READ_UNCOMMITTED
         )
 
-    def partitions(self, subscription: Subscription) -> list[TopicPartition]:
+    def partitions(
+        self, subscription: Subscription, must_exist: bool = True
+    ) -> list[TopicPartition]:
         """The partitions the subscription covers now.
 
         Topics named by ``subscribe`` or ``assign`` that do not exist fail the
-        read, naming them; a pattern may match nothing yet.
+        read, naming them, unless ``must_exist`` is false; a pattern may match
+        nothing yet.
         """
         try:
             metadata = self._admin.list_topics(timeout=REQUEST_TIMEOUT_S)
@@ -66,16 +69,18 @@ class Cluster:
                 for tp in subscription.assigned
                 if tp.partition not in existing.get(tp.topic, [])
             ]
-            if missing:
+            if missing and must_exist:
                 raise ClusterError(f"assigned partitions do not exist: {', '.join(missing)}")
-            return list(subscription.assigned)
+            return [
+                tp for tp in subscription.assigned if tp.partition in existing.get(tp.topic, [])
+            ]
         missing = [t for t in subscription.topics if t not in existing]
-        if missing:
+        if missing and must_exist:
             raise ClusterError(
                 f"topics do not exist or are not readable with these credentials: "
                 f"{', '.join(missing)}"
             )
-        return [TopicPartition(t, p) for t in subscription.topics for p in existing[t]]
+        return [TopicPartition(t, p) for t in subscription.topics for p in existing.get(t, [])]
 
     def offsets(self, wanted: Mapping[TopicPartition, int]) -> PartitionOffsets:
         """Resolve EARLIEST and LATEST; concrete offsets pass through unchanged."""

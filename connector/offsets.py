@@ -113,12 +113,20 @@ def split_ranges(ranges: Iterable[OffsetRange], min_partitions: int | None) -> l
     if min_partitions is None or len(nonempty) >= min_partitions:
         return nonempty
     total = sum(r.size for r in nonempty)
+    parts = [min(r.size, max(1, min_partitions * r.size // total)) for r in nonempty]
+    # Shares are rounded down: give the pieces still missing to the ranges
+    # whose pieces are largest, as long as a piece can still be split.
+    while sum(parts) < min_partitions:
+        splittable = [i for i, r in enumerate(nonempty) if parts[i] < r.size]
+        if not splittable:
+            break
+        widest = max(splittable, key=lambda i: nonempty[i].size / parts[i])
+        parts[widest] += 1
     pieces: list[OffsetRange] = []
-    for r in nonempty:
-        parts = min(r.size, max(1, round(min_partitions * r.size / total)))
-        step, extra = divmod(r.size, parts)
+    for r, count in zip(nonempty, parts, strict=True):
+        step, extra = divmod(r.size, count)
         cursor = r.start
-        for index in range(parts):
+        for index in range(count):
             length = step + (1 if index < extra else 0)
             pieces.append(OffsetRange(r.topic_partition, cursor, cursor + length))
             cursor += length
@@ -149,6 +157,11 @@ def plan_ranges(
         )
     ranges: list[OffsetRange] = []
     for tp in sorted(end):
+        if tp not in start and earliest_of_new[tp] > 0:
+            losses.append(
+                f"new partition {tp.topic}-{tp.partition} starts at offset "
+                f"{earliest_of_new[tp]}, not 0; some data may have been missed"
+            )
         first = start[tp] if tp in start else earliest_of_new[tp]
         last = end[tp]
         if last < first:

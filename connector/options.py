@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -62,6 +62,9 @@ _CONNECTOR_OWNED = {
 
 DEFAULT_POLL_TIMEOUT_MS = 120_000
 
+# ASCII digits only: str.isdigit() also takes "²", which int() refuses.
+_PARTITION = re.compile(r"[0-9]+")
+
 
 class OptionError(ValueError):
     """An option is unknown, malformed or contradicts another one."""
@@ -102,14 +105,12 @@ class OffsetSpec:
     offsets: PartitionOffsets = field(default_factory=dict)
     timestamp_ms: int | None = None
 
-    @property
-    def moves(self) -> bool:
-        """True if resolving it twice may give two answers (latest, timestamps)."""
-        return (
-            self.timestamp_ms is not None
-            or self.default == LATEST
-            or LATEST in self.offsets.values()
-        )
+    def moves(self, partitions: Iterable[TopicPartition]) -> bool:
+        """True if resolving it twice on ``partitions`` may give two answers
+        (latest, timestamps)."""
+        if self.timestamp_ms is not None:
+            return True
+        return any(self.offsets.get(tp, self.default) == LATEST for tp in partitions)
 
 
 @dataclass(frozen=True)
@@ -244,7 +245,7 @@ def _subscription(given: Mapping[str, str]) -> Subscription:
             raise OptionError(
                 f"subscribePattern is not a valid regular expression: {error}"
             ) from error
-    parsed = _json_object(value, "assign")
+    parsed = _json_object(value, "assign", 'a JSON object like {"events":[0,1]}')
     assigned: list[TopicPartition] = []
     for topic, partitions in parsed.items():
         if not isinstance(partitions, list) or not all(
@@ -275,7 +276,7 @@ def _offset_spec(
         return OffsetSpec(default=EARLIEST)
     if word == "latest":
         return OffsetSpec(default=LATEST)
-    parsed = _json_object(value, offsets_name)
+    parsed = _json_object(value, offsets_name, "earliest, latest or JSON offsets")
     offsets: PartitionOffsets = {}
     for topic, by_partition in parsed.items():
         if not isinstance(by_partition, dict):
@@ -284,7 +285,7 @@ def _offset_spec(
                 f'as {{"{topic}":{{"0":23}}}}'
             )
         for partition, offset in by_partition.items():
-            if not partition.isdigit():
+            if not _PARTITION.fullmatch(partition):
                 raise OptionError(f"{offsets_name}: {partition!r} is not a partition number")
             if isinstance(offset, bool) or not isinstance(offset, int) or offset < EARLIEST:
                 raise OptionError(
@@ -295,11 +296,11 @@ def _offset_spec(
     return OffsetSpec(default=default, offsets=offsets)
 
 
-def _json_object(value: str, name: str) -> dict[str, object]:
+def _json_object(value: str, name: str, expected: str) -> dict[str, object]:
     try:
         parsed = json.loads(value)
     except json.JSONDecodeError as error:
-        raise OptionError(f"{name} is neither earliest, latest nor JSON: {error}") from error
+        raise OptionError(f"{name} must be {expected}; not JSON: {error}") from error
     if not isinstance(parsed, dict):
         raise OptionError(f"{name} must be a JSON object keyed by topic")
     return parsed

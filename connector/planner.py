@@ -29,7 +29,9 @@ log = logging.getLogger(__name__)
 
 
 class ClusterView(Protocol):
-    def partitions(self, subscription: Subscription) -> list[TopicPartition]: ...
+    def partitions(
+        self, subscription: Subscription, must_exist: bool = True
+    ) -> list[TopicPartition]: ...
 
     def offsets(self, wanted: Mapping[TopicPartition, int]) -> PartitionOffsets: ...
 
@@ -125,18 +127,24 @@ class StreamPlanner:
         """
         if self._initial is None:
             spec = self._options.starting
+            partitions = self._cluster.partitions(self._options.subscription)
             start = resolve(
                 spec,
-                self._cluster.partitions(self._options.subscription),
+                partitions,
                 self._cluster,
                 "startingTimestamp" if spec.timestamp_ms is not None else "startingOffsets",
                 self._options.timestamp_not_found_is_error,
             )
-            self._initial = to_json(start, initial=spec.moves)
+            self._initial = to_json(start, initial=spec.moves(partitions))
         return self._initial
 
     def prepare_available_now(self) -> None:
-        """Fix the end of a Trigger.AvailableNow run: what exists now, no more."""
+        """Fix the end of a Trigger.AvailableNow run: what exists now, no more.
+
+        Spark calls this before it asks for the initial offset; resolving that
+        first keeps the target at or after it.
+        """
+        self.initial_offset()
         self._target = self.latest()
 
     def latest_offset(
@@ -148,8 +156,9 @@ class StreamPlanner:
             return to_json(start)
         latest = self.latest()
         if self._target is not None:
+            # Never below the start: a restarted run may begin past its new target.
             latest = {
-                tp: min(offset, self._target[tp])
+                tp: max(min(offset, self._target[tp]), start.get(tp, 0))
                 for tp, offset in latest.items()
                 if tp in self._target
             }
@@ -181,5 +190,10 @@ class StreamPlanner:
         return split_ranges(ranges, self._options.min_partitions)
 
     def latest(self) -> PartitionOffsets:
-        """The end of every partition the read covers now."""
-        return self._cluster.latest(self._cluster.partitions(self._options.subscription))
+        """The end of every partition the read covers now.
+
+        A subscribed topic that is gone is left out, not an error: the next
+        plan reports its partitions as lost, as failOnDataLoss says.
+        """
+        partitions = self._cluster.partitions(self._options.subscription, must_exist=False)
+        return self._cluster.latest(partitions)

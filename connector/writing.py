@@ -39,24 +39,27 @@ class WriteColumns:
 
 
 def check_write_schema(fields: Mapping[str, str], topic_option: str | None) -> WriteColumns:
-    """Check the DataFrame's columns (name -> Spark type name) against the sink's."""
-    lowered = {name.lower(): kind for name, kind in fields.items()}
-    if "value" not in lowered:
+    """Check the DataFrame's columns (name -> Spark type name) against the sink's.
+
+    Names match exactly, as in Spark's Kafka sink: a ``Value`` column is not
+    the value.
+    """
+    if "value" not in fields:
         raise OptionError("the DataFrame needs a value column (string or binary) to write")
     for name, allowed in _ALLOWED.items():
-        kind = lowered.get(name)
+        kind = fields.get(name)
         if kind is not None and kind not in allowed:
             raise OptionError(
                 f"column {name} must be {' or '.join(allowed)}, not {kind}"
                 + ("; cast it first" if name in ("key", "value") else "")
             )
-    if topic_option is None and "topic" not in lowered:
+    if topic_option is None and "topic" not in fields:
         raise OptionError("give the topic option or a topic column to write to")
     return WriteColumns(
-        key="key" in lowered,
-        topic="topic" in lowered,
-        partition="partition" in lowered,
-        headers="headers" in lowered,
+        key="key" in fields,
+        topic="topic" in fields,
+        partition="partition" in fields,
+        headers="headers" in fields,
     )
 
 
