@@ -395,3 +395,21 @@ def test_another_tenants_topic_is_not_readable(
             spark.read.format("shoal").options(**other_options).option(
                 "subscribe", name
             ).load().collect()
+
+
+def test_a_read_and_a_write_through_the_tls_listener(
+    spark: Any, tenant: Any, tmp_path: Path
+) -> None:
+    tls_options = client_options(tenant.properties_file(tmp_path / "tls.properties", tls=True))
+    assert tls_options["kafka.security.protocol"] == "SASL_SSL"
+    topic = new_topic(tenant, partitions=2)
+    frame = spark.createDataFrame([(f"v{i}",) for i in range(100)], "value string")
+    frame.write.mode("append").format("shoal").options(**tls_options).option("topic", topic).save()
+    rows = (
+        spark.read.format("shoal")
+        .options(**tls_options)
+        .option("subscribe", topic)
+        .load()
+        .collect()
+    )
+    assert sorted(bytes(r["value"]).decode() for r in rows) == sorted(f"v{i}" for i in range(100))
