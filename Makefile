@@ -61,6 +61,7 @@ bench: $(VENV)/.installed-test
 	$(BIN)/python benchmarks/group_consume.py
 	$(BIN)/python benchmarks/replicated.py
 	$(BIN)/python benchmarks/gateway.py
+	$(BIN)/python benchmarks/spark_read.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
