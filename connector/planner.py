@@ -156,9 +156,8 @@ class StreamPlanner:
             return to_json(start)
         latest = self.latest()
         if self._target is not None:
-            # Never below the start: a restarted run may begin past its new target.
             latest = {
-                tp: max(min(offset, self._target[tp]), start.get(tp, 0))
+                tp: _capped(offset, self._target[tp], start.get(tp))
                 for tp, offset in latest.items()
                 if tp in self._target
             }
@@ -197,3 +196,12 @@ class StreamPlanner:
         """
         partitions = self._cluster.partitions(self._options.subscription, must_exist=False)
         return self._cluster.latest(partitions)
+
+
+def _capped(latest: int, target: int, start: int | None) -> int:
+    """The end of an AvailableNow batch: the target, but never back before the start
+    (a restarted run may begin past its new target) unless the log itself went back."""
+    end = min(latest, target)
+    if start is not None and end < start <= latest:
+        return start
+    return end

@@ -584,6 +584,16 @@ def test_recreated_topic_is_data_loss(cluster: FakeCluster, max_offsets: int | N
     assert "t-1: offset went back from 4 to 2" in message
 
 
+def test_recreated_topic_is_data_loss_during_available_now(cluster: FakeCluster) -> None:
+    planner = stream(cluster, startingoffsets="earliest")
+    start = run_stream(planner, planner.initial_offset()).end
+    planner.prepare_available_now()
+    cluster.create("t", partitions=2, records=2)
+    end = planner.latest_offset(start, None)
+    with pytest.raises(DataLossError, match="t-0: offset went back from 10 to 2"):
+        planner.plan(start, end)
+
+
 def test_recreated_topic_without_fail_on_data_loss_carries_on_from_the_new_end(
     cluster: FakeCluster, caplog: pytest.LogCaptureFixture
 ) -> None:
