@@ -2,8 +2,9 @@
 
 ``shoal broker`` and ``shoal gateway`` run one component each (container
 entry points); ``shoal dev`` runs a local cluster; ``shoal topic``, ``shoal produce`` and ``shoal
-consume`` are a Kafka client for people; ``shoal tenant``, ``key``, ``acl``
-and ``quota`` manage tenants in etcd. Every flag also reads a
+consume`` are a Kafka client for people; ``shoal bench produce|consume|e2e``
+measures any Kafka-compatible cluster as Kafka's perf-test tools do; ``shoal
+tenant``, ``key``, ``acl`` and ``quota`` manage tenants in etcd. Every flag also reads a
 ``SHOAL_*`` environment variable, named in ``--help``.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import typer
 
+from shoal.cli.bench import bench_app
 from shoal.cli.broker import broker
 from shoal.cli.dev import dev
 from shoal.cli.gateway import gateway
@@ -32,6 +34,7 @@ app.command()(gateway)
 app.command()(produce)
 app.command()(consume)
 app.add_typer(topic_app, name="topic")
+app.add_typer(bench_app, name="bench")
 app.add_typer(group_app, name="group")
 app.add_typer(tenant_app, name="tenant")
 app.add_typer(key_app, name="key")
