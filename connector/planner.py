@@ -118,6 +118,7 @@ class StreamPlanner:
         self._cluster = cluster
         self._initial: dict[str, object] | None = None
         self._target: PartitionOffsets | None = None
+        self._last_seen: PartitionOffsets | None = None
 
     def initial_offset(self) -> dict[str, object]:
         """The position a new query starts from, resolved once per run.
@@ -154,7 +155,7 @@ class StreamPlanner:
         if initial:
             # Pin the resolved initial position as the first batch's end.
             return to_json(start)
-        latest = self.latest()
+        latest = self._last_seen = self.latest()
         if self._target is not None:
             latest = {
                 tp: _capped(offset, self._target[tp], start.get(tp))
@@ -171,6 +172,14 @@ class StreamPlanner:
             from_ = {**self._cluster.earliest(new), **start}
             latest = rate_limit({tp: from_[tp] for tp in latest}, latest, max_offsets)
         return to_json(latest)
+
+    def last_seen_latest(self) -> dict[str, object] | None:
+        """The end of every partition as the last ``latest_offset`` saw it, uncapped.
+
+        For Spark's progress report, which asks right after ``latest_offset``:
+        asking the cluster again would double each trigger's requests.
+        """
+        return None if self._last_seen is None else to_json(self._last_seen)
 
     def plan(
         self, start_json: Mapping[str, object], end_json: Mapping[str, object]

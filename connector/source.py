@@ -31,7 +31,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 from shoal.connector.cluster import Cluster
-from shoal.connector.offsets import OffsetRange, to_json
+from shoal.connector.offsets import OffsetRange
 from shoal.connector.options import (
     Mode,
     OptionError,
@@ -148,7 +148,7 @@ class ShoalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self.planner.latest_offset(start, max_rows)
 
     def reportLatestOffset(self) -> dict[str, object] | None:
-        return to_json(self.planner.latest())
+        return self.planner.last_seen_latest()
 
     def prepareForTriggerAvailableNow(self) -> None:
         self.planner.prepare_available_now()

@@ -213,9 +213,7 @@ def end_to_end(
             timeout,
         ),
     )
-    rows: list[tuple[str, loadgen.Throughput, loadgen.Latencies | None]] = [
-        ("end to end", result, result.latency)
-    ]
+    rows: list[Row] = [("end to end", result, result.latency)]
     if result.produce is not None:
         rows.append(("produce ack", result.produce, result.produce.latency))
     params = {"topic": topic, "record_size": record_size, "throughput": rate}
