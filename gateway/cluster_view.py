@@ -142,11 +142,16 @@ class ClusterView:
         )
         return {t.name: max(t.num_partitions, 0) for t in response.topics}
 
-    def pick(self) -> BrokerAddress | None:
-        """A broker for a bootstrap connection (any will do)."""
-        if not self.brokers:
-            return None
-        return random.choice(list(self.brokers.values()))  # noqa: S311 - spreading load
+    def bootstrap_candidates(self) -> list[BrokerAddress]:
+        """Every known broker in random order, to spread bootstrap connections.
+
+        A broker that just died stays known until the brokers' Metadata drops
+        it (its lease expires), so a bootstrap connection takes the first one
+        that answers rather than only one.
+        """
+        candidates = list(self.brokers.values())
+        random.shuffle(candidates)
+        return candidates
 
     def close(self) -> None:
         if self._control is not None:

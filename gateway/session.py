@@ -42,6 +42,7 @@ from shoal.gateway.apis import (
     SASL_HANDSHAKE,
 )
 from shoal.gateway.apis.base import Answer, RefusedRequestError, RequestContext
+from shoal.gateway.cluster_view import BrokerAddress
 from shoal.gateway.sasl import MECHANISMS, PLAIN, SaslError, parse_plain
 from shoal.gateway.upstream import BrokerConnection, UpstreamError
 
@@ -366,15 +367,15 @@ class ClientSession:
             return self._upstream
         cluster = self.services.cluster
         if self.node_id is None:
-            target = cluster.pick()
+            self._upstream = await _open_first_answering(cluster.bootstrap_candidates())
         else:
             target = cluster.brokers.get(self.node_id)
             if target is None:
                 await cluster.refresh()
                 target = cluster.brokers.get(self.node_id)
-        if target is None:
-            raise _ClosedError(f"broker {self.node_id} is not in the cluster")
-        self._upstream = await BrokerConnection.open(target.host, target.port)
+            if target is None:
+                raise _ClosedError(f"broker {self.node_id} is not in the cluster")
+            self._upstream = await BrokerConnection.open(target.host, target.port)
         self._upstream_reader = asyncio.create_task(self._read_upstream(self._upstream))
         return self._upstream
 
@@ -442,3 +443,16 @@ def _throttled(response: Any, throttle_ms: int) -> Any:
 
 def _then_throttle(finish: Callable[[Any], Any], throttle_ms: int) -> Callable[[Any], Any]:
     return lambda response: _throttled(finish(response), throttle_ms)
+
+
+async def _open_first_answering(candidates: list[BrokerAddress]) -> BrokerConnection:
+    """A connection to the first candidate that accepts one."""
+    if not candidates:
+        raise _ClosedError("no broker is known yet")
+    failures: list[str] = []
+    for broker in candidates:
+        try:
+            return await BrokerConnection.open(broker.host, broker.port)
+        except UpstreamError as exc:
+            failures.append(str(exc))
+    raise UpstreamError("; ".join(failures))

@@ -34,3 +34,27 @@ def test_produce_and_consume_through_the_gateway(gateway_cluster) -> None:  # ty
         listed = admin.list_topics(timeout=10)
         assert set(listed.topics) == {"orders-0"} | ({"orders-1"} if tls else set())
         assert all(b.host == "127.0.0.1" for b in listed.brokers.values())
+
+
+def test_bootstrap_connections_skip_a_broker_that_just_died(etcd, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # Until the brokers' Metadata drops a dead broker (its lease expires), the
+    # gateway still knows it: a bootstrap connection must go to one that answers.
+    from conftest import start_gateway_cluster
+    from raw_kafka import request_class
+
+    cluster, brokers = start_gateway_cluster(etcd, tmp_path, brokers=3)
+    try:
+        key = cluster.tenant("bootstrap")
+        brokers[2].kill()
+        metadata = request_class(3, 12)
+        for _ in range(12):
+            with key.raw() as connection:
+                connection.send(metadata(topics=(), allow_auto_topic_creation=False,
+                                         include_topic_authorized_operations=False))  # fmt: skip
+                _, answer = connection.receive(metadata)
+            assert len(answer.brokers) >= 2
+    finally:
+        cluster.gateway.stop()
+        for broker in brokers:
+            if broker.running:
+                broker.kill()
