@@ -48,9 +48,10 @@ def kcat(properties: Path, *args: str, stdin: bytes | None = None) -> bytes:
         ["kcat", "-F", str(properties), *args],
         input=stdin,
         capture_output=True,
-        check=True,
         timeout=60,
     )
+    # kcat says on stderr why it failed; CalledProcessError alone would hide it.
+    assert result.returncode == 0, f"kcat {' '.join(args)}: {result.stderr.decode()}"
     return result.stdout
 
 
