@@ -6,6 +6,8 @@ import time
 
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from conftest import start_gateway_cluster
+from raw_kafka import request_class
 
 
 def test_produce_and_consume_through_the_gateway(gateway_cluster) -> None:  # type: ignore[no-untyped-def]
@@ -39,9 +41,6 @@ def test_produce_and_consume_through_the_gateway(gateway_cluster) -> None:  # ty
 def test_bootstrap_connections_skip_a_broker_that_just_died(etcd, tmp_path) -> None:  # type: ignore[no-untyped-def]
     # Until the brokers' Metadata drops a dead broker (its lease expires), the
     # gateway still knows it: a bootstrap connection must go to one that answers.
-    from conftest import start_gateway_cluster
-    from raw_kafka import request_class
-
     cluster, brokers = start_gateway_cluster(etcd, tmp_path, brokers=3)
     try:
         key = cluster.tenant("bootstrap")
