@@ -8,6 +8,7 @@ log file next to its data, which failing tests print.
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -22,10 +23,42 @@ from shoal.etcd_process import etcd_command
 READY_EVENT = "event=broker_ready"
 
 
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def free_port_block(size: int) -> int:
+    """A port with the ``size - 1`` ports after it free too (bootstrap + per-broker ports).
+
+    Blocks come from below the kernel's ephemeral range: a port in that range
+    that is free now can be handed to any outgoing connection a moment later,
+    and a process told to listen on it then fails to start.
+    """
+    low, _ = _ephemeral_range()
+    floor = 10_000 if low > 12_000 else 1024
+    for _ in range(500):
+        base = random.randrange(floor, low - size)
+        sockets = []
+        try:
+            for port in range(base, base + size):
+                s = socket.socket()
+                sockets.append(s)
+                s.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in sockets:
+                s.close()
+    raise RuntimeError(f"no free block of {size} ports below {low}")
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_port_block(1)
 
 
 def wait_until(predicate, timeout: float, what: str, interval: float = 0.05):  # type: ignore[no-untyped-def]

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import struct
 import subprocess
 import sys
@@ -23,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import trustme
-from harness import free_port, wait_until
+from harness import free_port_block, wait_until
 from raw_kafka import RawConnection, request_class
 from shoal.tenancy.acl import default_bindings
 from shoal.tenancy.model import AclBinding, ApiKey, Quotas, Tenant
@@ -31,27 +30,6 @@ from shoal.tenancy.secrets import hash_secret, new_key_id, new_secret
 from shoal.tenancy.store import TenancyStore
 
 READY_EVENT = "event=gateway_ready"
-
-
-def free_port_block(size: int) -> int:
-    """A port with the ``size - 1`` ports after it free too (bootstrap + per-broker ports)."""
-    for _ in range(200):
-        base = free_port()
-        if base + size >= 65535:
-            continue
-        sockets = []
-        try:
-            for port in range(base, base + size):
-                s = socket.socket()
-                s.bind(("127.0.0.1", port))
-                sockets.append(s)
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in sockets:
-                s.close()
-    raise RuntimeError("no free block of ports")
 
 
 @dataclass

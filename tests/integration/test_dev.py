@@ -11,8 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gateway_env import free_port_block
-from harness import free_port, wait_until
+from harness import free_port_block, wait_until
 
 
 def start_dev(
@@ -57,7 +56,7 @@ def kcat(properties: Path, *args: str, stdin: bytes | None = None) -> bytes:
 
 def test_dev_cluster_lifecycle(tmp_path: Path) -> None:
     data_dir = tmp_path / "shoal"
-    port, broker_port, etcd_port = free_port_block(4), free_port_block(3), free_port()
+    port, broker_port, etcd_port = free_port_block(4), free_port_block(3), free_port_block(2)
     dev = start_dev(data_dir, port, broker_port, etcd_port)
     try:
         properties = data_dir / "client.properties"
@@ -115,7 +114,7 @@ def test_dev_cluster_lifecycle(tmp_path: Path) -> None:
         second = subprocess.run(
             [sys.executable, "-P", "-m", "shoal", "dev", f"--data-dir={data_dir}",
              f"--port={free_port_block(4)}", f"--broker-port={free_port_block(3)}",
-             f"--etcd-port={free_port()}"],
+             f"--etcd-port={free_port_block(2)}"],
             capture_output=True,
             timeout=60,
         )  # fmt: skip

@@ -25,8 +25,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 from confluent_kafka import Producer
-from gateway_env import free_port_block
-from harness import free_port, wait_until
+from harness import free_port_block, wait_until
 from test_dev import alive, child_pids, start_dev
 
 from shoal.cli.client import read_properties
@@ -136,7 +135,7 @@ def spark_submit(job: str, *args: str, log: Path) -> None:
 def shoal(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shoal]:
     root = tmp_path_factory.mktemp("spark-jobs")
     data_dir = root / "shoal"
-    dev = start_dev(data_dir, free_port_block(4), free_port_block(3), free_port())
+    dev = start_dev(data_dir, free_port_block(4), free_port_block(3), free_port_block(2))
     try:
         properties = data_dir / "client.properties"
         wait_until(lambda: properties.exists() or dev.poll() is not None, 90, "shoal dev")
