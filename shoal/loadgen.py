@@ -30,7 +30,11 @@ How it measures, and why:
   run's random id and ``time.perf_counter_ns()`` at ``produce()``. The
   consumer takes the clock once per fetched batch and subtracts; records
   without this run's id (other writers) are ignored. ``perf_counter`` is
-  per machine at best, which is why both ends share a process. The stamp is
+  per machine at best, which is why both ends share a process; on Linux it
+  is ``CLOCK_MONOTONIC``, shared by a machine's processes, so
+  :func:`read_latencies` and :func:`produce` with a ``run_id`` split the two
+  ends over two processes (the benchmark suite does, so that the ends do
+  not share one interpreter lock). The stamp is
   the actual send time, not the scheduled one: if the client itself falls
   behind the schedule (a full queue, a busy CPU), that lag is not in the
   latencies but shows as a rate below the target.
@@ -85,6 +89,14 @@ IDLE_TIMEOUT_S: Final = 10.0
 """A consumer that gets nothing for this long stops (kafka-consumer-perf-test's --timeout)."""
 PROGRESS_INTERVAL_S: Final = 0.2
 """Least time between two progress callbacks."""
+CDF_QUANTILES: Final = (
+    *(q / 100 for q in range(0, 91, 5)),
+    *(q / 100 for q in range(91, 100)),
+    *(q / 1000 for q in range(991, 1000)),
+    0.9995,
+    0.9999,
+)
+"""Where :attr:`Latencies.cdf_ms` samples the distribution: dense in the tail, for plotting."""
 
 _POLL_S: Final = 0.1
 _CONSUME_BATCH: Final = 10_000
@@ -153,6 +165,8 @@ class Latencies:
     p99_ms: float
     p99_9_ms: float
     max_ms: float
+    cdf_ms: tuple[float, ...] = ()
+    """The latency at each of :data:`CDF_QUANTILES`, then the maximum: a CDF to plot."""
 
 
 class LatencyRecorder:
@@ -190,6 +204,7 @@ class LatencyRecorder:
             p99_ms=percentile(ordered, 0.99) * 1e3,
             p99_9_ms=percentile(ordered, 0.999) * 1e3,
             max_ms=self.max * 1e3,
+            cdf_ms=(*(percentile(ordered, q) * 1e3 for q in CDF_QUANTILES), self.max * 1e3),
         )
 
 
@@ -453,10 +468,17 @@ def produce(
     throughput: float | None = None,
     progress: ProgressCallback | None = None,
     stop: threading.Event | None = None,
+    run_id: bytes | None = None,
 ) -> ProduceResult:
     """Produce ``records`` values of ``record_size`` bytes, at ``throughput``
-    records/s or flat out (None), and wait for every acknowledgement."""
-    return _produce(config, topic, records, record_size, throughput, progress, stop, None)
+    records/s or flat out (None), and wait for every acknowledgement.
+
+    With ``run_id`` (8 bytes), every value is stamped with it and its send
+    time, for :func:`read_latencies` in another process to measure.
+    """
+    if run_id is not None and record_size < STAMP_SIZE:
+        raise ValueError(f"stamped records need at least {STAMP_SIZE} bytes")
+    return _produce(config, topic, records, record_size, throughput, progress, stop, run_id)
 
 
 @_kafka_errors_as_load_errors
@@ -470,7 +492,7 @@ def _produce(
     stop: threading.Event | None,
     run_id: bytes | None,
 ) -> ProduceResult:
-    """:func:`produce`; with ``run_id``, every value is stamped for :func:`end_to_end`."""
+    """:func:`produce`; with ``run_id``, every value is stamped for the latency readers."""
     stop = stop or threading.Event()
     deliveries = _Deliveries(records)
     settings, errors = _with_errors(config, {"on_delivery": deliveries})
@@ -784,7 +806,7 @@ def end_to_end(
                 run_id,
                 records,
                 record_size,
-                producer,
+                _Producing(producer.is_alive, lambda: producer.error is not None),
                 received,
                 _Reporter(progress, records, start),
                 stop,
@@ -811,6 +833,72 @@ def end_to_end(
     )
 
 
+@_kafka_errors_as_load_errors
+def read_latencies(
+    config: Config,
+    topic: str,
+    run_id: bytes,
+    records: int,
+    record_size: int,
+    progress: ProgressCallback | None = None,
+    stop: threading.Event | None = None,
+    on_ready: Callable[[], None] | None = None,
+    idle_timeout_s: float = IDLE_TIMEOUT_S,
+) -> LatencyResult:
+    """:func:`end_to_end`'s consumer alone, for a producer in another process.
+
+    Reads, from every partition's end as it is when this starts, the
+    ``records`` values that :func:`produce` stamped with ``run_id``, and
+    measures each from its ``produce()`` to here. ``on_ready`` is called
+    once the consumer is at the ends: start the producer after that. The
+    stamps are ``time.perf_counter_ns()``, which on Linux is
+    ``CLOCK_MONOTONIC``, one clock for every process of the machine (not
+    of two machines). Stops with all of them, on ``stop``, or after
+    ``idle_timeout_s`` without a record.
+    """
+    stop = stop or threading.Event()
+    group = f"shoal-bench-{uuid.uuid4().hex[:8]}"
+    settings, errors = _with_errors(config, {"group.id": group, "enable.auto.commit": False})
+    consumer = Consumer(settings)
+    try:
+        partitions = _topic_partitions(consumer, topic, errors, stop)
+        consumer.assign(_ends(consumer, topic, partitions))
+        if on_ready is not None:
+            on_ready()
+        start = time.perf_counter()
+        received = _Received(LatencyRecorder(records), end=start)
+        _read_stamped(
+            consumer,
+            run_id,
+            records,
+            record_size,
+            _Producing(lambda: False, lambda: False),
+            received,
+            _Reporter(progress, records, start),
+            stop,
+            errors,
+            idle_timeout_s,
+        )
+    finally:
+        consumer.close()
+    return LatencyResult(
+        records=received.records,
+        bytes=received.records * record_size,
+        seconds=received.end - start,
+        latency=received.latencies.summary(),
+        missing=records - received.records,
+        interrupted=stop.is_set(),
+    )
+
+
+@dataclass(frozen=True)
+class _Producing:
+    """What the stamped reader knows of its producer: still sending, or failed."""
+
+    alive: Callable[[], bool]
+    failed: Callable[[], bool]
+
+
 def _ends(consumer: Consumer, topic: str, partitions: list[int]) -> list[TopicPartition]:
     """Each partition at its high watermark: where this run's first record will land."""
     ends = []
@@ -827,7 +915,7 @@ def _read_stamped(
     run_id: bytes,
     records: int,
     record_size: int,
-    producer: _ProducerThread,
+    producer: _Producing,
     received: _Received,
     reporter: _Reporter,
     stop: threading.Event,
@@ -841,7 +929,7 @@ def _read_stamped(
     later ones for this loop's own time.
     """
     last_activity = received.end
-    while received.records < records and not stop.is_set() and producer.error is None:
+    while received.records < records and not stop.is_set() and not producer.failed():
         messages = _fetch(consumer, min(_CONSUME_BATCH, records - received.records))
         received_ns = time.perf_counter_ns()
         now = received.end = time.perf_counter()
@@ -855,7 +943,7 @@ def _read_stamped(
             if stamped is not None and stamped[0] == run_id:
                 received.latencies.add((received_ns - stamped[1]) / 1e9)
                 received.records += 1
-        if messages or producer.is_alive():
+        if messages or producer.alive():
             last_activity = now
         elif now - last_activity > idle_timeout_s:
             received.end = last_activity

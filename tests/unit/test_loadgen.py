@@ -13,6 +13,7 @@ import zlib
 import pytest
 
 from shoal.loadgen import (
+    CDF_QUANTILES,
     STAMP_SIZE,
     LatencyRecorder,
     LatencyResult,
@@ -126,6 +127,21 @@ def test_latency_summary_in_milliseconds() -> None:
     assert summary.p99_ms == pytest.approx(990)
     assert summary.p99_9_ms == pytest.approx(999)
     assert summary.max_ms == pytest.approx(1000)
+
+
+def test_latency_cdf_samples_each_quantile_then_the_maximum() -> None:
+    recorder = LatencyRecorder(expected=10_000)
+    for ms in range(1, 10_001):
+        recorder.add(ms / 1000)
+    summary = recorder.summary()
+    assert summary is not None
+    assert len(summary.cdf_ms) == len(CDF_QUANTILES) + 1
+    assert list(summary.cdf_ms) == sorted(summary.cdf_ms)
+    by_quantile = dict(zip(CDF_QUANTILES, summary.cdf_ms, strict=False))
+    assert by_quantile[0.5] == pytest.approx(summary.p50_ms)
+    assert by_quantile[0.99] == pytest.approx(summary.p99_ms)
+    assert by_quantile[0.9999] == pytest.approx(9999)
+    assert summary.cdf_ms[-1] == summary.max_ms == pytest.approx(10_000)
 
 
 def test_long_runs_sample_for_percentiles_but_count_everything() -> None:
