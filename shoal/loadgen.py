@@ -441,6 +441,10 @@ class _Deliveries:
     """The producer's delivery reports: acknowledged, failed, purged, and latencies."""
 
     def __init__(self, expected: int) -> None:
+        self.reset(expected)
+
+    def reset(self, expected: int) -> None:
+        """Count from zero: the measured run starts after the warm-up's reports."""
         self.acked = 0
         self.failed = 0
         self.purged = 0
@@ -469,16 +473,24 @@ def produce(
     progress: ProgressCallback | None = None,
     stop: threading.Event | None = None,
     run_id: bytes | None = None,
+    warmup_records: int = 0,
 ) -> ProduceResult:
     """Produce ``records`` values of ``record_size`` bytes, at ``throughput``
     records/s or flat out (None), and wait for every acknowledgement.
 
     With ``run_id`` (8 bytes), every value is stamped with it and its send
     time, for :func:`read_latencies` in another process to measure.
+    ``warmup_records`` are produced first by the same client, acknowledged,
+    and left out of the result (kafka-producer-perf-test's
+    ``--warmup-records``): a new client's first requests wait for
+    connections, metadata and, for an idempotent producer, its producer id,
+    which librdkafka asks for on a timer (about half a second).
     """
     if run_id is not None and record_size < STAMP_SIZE:
         raise ValueError(f"stamped records need at least {STAMP_SIZE} bytes")
-    return _produce(config, topic, records, record_size, throughput, progress, stop, run_id)
+    return _produce(
+        config, topic, records, record_size, throughput, progress, stop, run_id, warmup_records
+    )
 
 
 @_kafka_errors_as_load_errors
@@ -491,15 +503,19 @@ def _produce(
     progress: ProgressCallback | None,
     stop: threading.Event | None,
     run_id: bytes | None,
+    warmup_records: int = 0,
 ) -> ProduceResult:
     """:func:`produce`; with ``run_id``, every value is stamped for the latency readers."""
     stop = stop or threading.Event()
-    deliveries = _Deliveries(records)
+    deliveries = _Deliveries(warmup_records)
     settings, errors = _with_errors(config, {"on_delivery": deliveries})
     producer = Producer(settings)
     try:
         _topic_partitions(producer, topic, errors, stop)
         payload = make_payload(record_size)
+        if warmup_records:
+            _warm_up(producer, topic, warmup_records, payload, throughput, stop, errors, deliveries)
+        deliveries.reset(records)
         start = time.perf_counter()
         reporter = _Reporter(progress, records, start)
         pacer = Pacer(throughput, start)
@@ -520,6 +536,26 @@ def _produce(
         if len(producer):
             producer.purge()
             producer.flush(1)
+
+
+def _warm_up(
+    producer: Producer,
+    topic: str,
+    records: int,
+    payload: bytes,
+    throughput: float | None,
+    stop: threading.Event,
+    errors: _ClientErrors,
+    deliveries: _Deliveries,
+) -> None:
+    """Unstamped, unmeasured records at the run's rate, all acknowledged before it starts."""
+    reporter = _Reporter(None, records, time.perf_counter())
+    pacer = Pacer(throughput, time.perf_counter())
+    _send(producer, topic, records, payload, pacer, stop, errors, reporter, deliveries, None)
+    _drain(producer, stop, errors, reporter, deliveries, len(payload))
+    if deliveries.failed:
+        reason = deliveries.errors.most_common(1)[0][0]
+        raise LoadError(f"{deliveries.failed} of {records} warm-up records failed: {reason}")
 
 
 def _send(

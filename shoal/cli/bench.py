@@ -97,6 +97,14 @@ def produce(
     throughput: Annotated[
         float, typer.Option("--throughput", help="Records per second; -1 for no limit.")
     ] = -1,
+    warmup_records: Annotated[
+        int,
+        typer.Option(
+            "--warmup-records",
+            min=0,
+            help="Records produced first by the same client and left out of the figures.",
+        ),
+    ] = 0,
     producer_props: ProducerPropsOption = None,
     output: OutputOption = "table",
     bootstrap: BootstrapOption = None,
@@ -110,10 +118,22 @@ def produce(
     result = _run(
         f"produce {topic}",
         lambda stop, progress: loadgen.produce(
-            config, topic, num_records, record_size, rate, progress, stop
+            config,
+            topic,
+            num_records,
+            record_size,
+            rate,
+            progress,
+            stop,
+            warmup_records=warmup_records,
         ),
     )
-    params = {"topic": topic, "record_size": record_size, "throughput": rate}
+    params = {
+        "topic": topic,
+        "record_size": record_size,
+        "throughput": rate,
+        "warmup_records": warmup_records,
+    }
     _report("produce", params, result, [("produce", result, result.latency)], output == "json")
     _print_delivery_errors(result)
     _exit(result.interrupted, failed=result.failed > 0)

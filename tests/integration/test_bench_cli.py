@@ -92,6 +92,19 @@ def test_produce_puts_the_reported_records_in_the_topic(broker: BrokerProcess) -
     assert {len(r.value or b"") for r in records} == {300}
 
 
+def test_warmup_records_are_produced_but_left_out_of_the_figures(broker: BrokerProcess) -> None:
+    topic = create_topic(broker.bootstrap, partitions=1)
+    result = bench_json(
+        "produce", "-t", topic, "-n", "500", "--warmup-records", "200", "--record-size", "100",
+        "-b", broker.bootstrap, "--producer-props", "acks=all",
+        "--producer-props", "enable.idempotence=true",
+    )  # fmt: skip
+    assert (result["records"], result["bytes"], result["failed"]) == (500, 50_000, 0)
+    assert result["latency"]["count"] == 500
+    assert result["warmup_records"] == 200
+    assert watermarks({"bootstrap.servers": broker.bootstrap}, topic, 1) == {0: 700}
+
+
 def test_without_a_terminal_only_the_summary_line_is_printed(broker: BrokerProcess) -> None:
     topic = create_topic(broker.bootstrap, partitions=1)
     result = bench("produce", "-t", topic, "-n", "200", "--record-size", "10",
