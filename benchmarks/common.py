@@ -1,9 +1,12 @@
-"""What the benchmarks share: a local cluster of one or more brokers, machine limits, CPU time."""
+"""What the benchmarks share: local brokers, a gateway and a tenant, machine limits, CPU time."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import random
+import signal
 import socket
 import subprocess
 import sys
@@ -12,12 +15,17 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import KafkaError, Producer
+from shoal.tenancy.acl import default_bindings
+from shoal.tenancy.model import ApiKey, Quotas, Tenant
+from shoal.tenancy.secrets import hash_secret, new_key_id, new_secret
+from shoal.tenancy.store import TenancyStore
 
 from shoal.etcd_process import etcd_command
 
 HERE = Path(__file__).resolve().parent
 STOP_TIMEOUT_S = 20.0
-"""How long brokers may take to stop on SIGTERM before they are killed."""
+"""How long brokers and the gateway may take to stop on SIGTERM before they are killed."""
+GATEWAY_READY_EVENT = b"event=gateway_ready"
 LIMITS = Path(os.environ.get("SHOAL_LIMITS", HERE.parent.parent / "shared" / "tools" / "limits"))
 
 
@@ -29,10 +37,39 @@ def cpu_seconds(pid: int | None) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _ephemeral_floor() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def free_port_block(size: int) -> int:
+    """A port with the ``size - 1`` ports after it free too (bootstrap + one per broker).
+
+    From below the kernel's ephemeral range: a free port inside it can become
+    an outgoing connection's local port before the server meant for it binds.
+    """
+    floor = _ephemeral_floor()
+    for _ in range(500):
+        base = random.randrange(10_000 if floor > 12_000 else 1024, floor - size)
+        sockets: list[socket.socket] = []
+        try:
+            for port in range(base, base + size):
+                s = socket.socket()
+                sockets.append(s)
+                s.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in sockets:
+                s.close()
+    raise RuntimeError(f"no free block of {size} ports below {floor}")
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_port_block(1)
 
 
 def produce_flat_out(
@@ -217,3 +254,72 @@ class LocalCluster:
         if self.etcd is not None:
             self.etcd.terminate()
             self.etcd.wait(30)
+
+
+def create_tenant(etcd_url: str, name: str) -> tuple[str, str]:
+    """A tenant with no quotas and a key with the default bindings: (key id, secret)."""
+
+    async def go() -> tuple[str, str]:
+        async with TenancyStore(etcd_url) as store:
+            now_ms = int(time.time() * 1000)
+            await store.create_tenant(Tenant(name, now_ms, Quotas()))
+            key_id, secret = new_key_id(), new_secret()
+            await store.add_key(
+                ApiKey(key_id, name, hash_secret(secret), now_ms), default_bindings(name, key_id)
+            )
+            return key_id, secret
+
+    return asyncio.run(go())
+
+
+class GatewayProcess:
+    """``shoal gateway`` as a child process; broker n is at its port + 1 + n."""
+
+    def __init__(self, root: Path, etcd_url: str, upstream: str, brokers: int) -> None:
+        self.port = free_port_block(brokers + 1)
+        self.log_path = root / "gateway.log"
+        self.command = [
+            sys.executable, "-P", "-m", "shoal", "gateway",
+            f"--etcd={etcd_url}",
+            f"--listen=127.0.0.1:{self.port}",
+            f"--upstream={upstream}",
+            "--gateway-id=bench",
+        ]  # fmt: skip
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    def __enter__(self) -> GatewayProcess:
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                self.command,
+                stdout=log,
+                stderr=log,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
+        deadline = time.monotonic() + 60
+        while GATEWAY_READY_EVENT not in self.log_path.read_bytes():
+            if time.monotonic() > deadline or self.process.poll() is not None:
+                self.__exit__()
+                tail = self.log_path.read_text(errors="replace")[-3000:]
+                raise RuntimeError(f"the gateway did not start:\n{tail}")
+            time.sleep(0.1)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            print(f"note: gateway still running {STOP_TIMEOUT_S:.0f} s after SIGTERM; killed")
+            self.process.kill()
+            self.process.wait(10)

@@ -36,15 +36,10 @@ client keeps only so many requests in flight. The JSON lands in
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import shutil
-import signal
-import socket
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -53,110 +48,22 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from common import HERE, LocalCluster, cpu_seconds, free_port, measure_limits, produce_flat_out
+from common import (
+    HERE,
+    GatewayProcess,
+    LocalCluster,
+    cpu_seconds,
+    create_tenant,
+    measure_limits,
+    produce_flat_out,
+)
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from shoal.tenancy.acl import default_bindings
-from shoal.tenancy.model import ApiKey, Quotas, Tenant
-from shoal.tenancy.secrets import hash_secret, new_key_id, new_secret
-from shoal.tenancy.store import TenancyStore
 
 RECORD_SIZE = 1024
 TENANT = "bench"
 ROUTES = ("direct", "gateway")
 LATENCY_WARM_UP_S = 0.5
-READY_EVENT = b"event=gateway_ready"
-STOP_TIMEOUT_S = 20.0
-
-
-def free_port_block(size: int) -> int:
-    """A port with the ``size - 1`` ports after it free too (bootstrap + one per broker)."""
-    for _ in range(200):
-        base = free_port()
-        if base + size >= 65535:
-            continue
-        sockets: list[socket.socket] = []
-        try:
-            for port in range(base, base + size):
-                s = socket.socket()
-                sockets.append(s)
-                s.bind(("127.0.0.1", port))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in sockets:
-                s.close()
-    raise RuntimeError("no free block of ports")
-
-
-def create_tenant(etcd_url: str, name: str) -> tuple[str, str]:
-    """A tenant with no quotas and a key with the default bindings: (key id, secret)."""
-
-    async def go() -> tuple[str, str]:
-        async with TenancyStore(etcd_url) as store:
-            now_ms = int(time.time() * 1000)
-            await store.create_tenant(Tenant(name, now_ms, Quotas()))
-            key_id, secret = new_key_id(), new_secret()
-            await store.add_key(
-                ApiKey(key_id, name, hash_secret(secret), now_ms), default_bindings(name, key_id)
-            )
-            return key_id, secret
-
-    return asyncio.run(go())
-
-
-class GatewayProcess:
-    """``shoal gateway`` as a child process; broker n is at its port + 1 + n."""
-
-    def __init__(self, root: Path, etcd_url: str, upstream: str, brokers: int) -> None:
-        self.port = free_port_block(brokers + 1)
-        self.log_path = root / "gateway.log"
-        self.command = [
-            sys.executable, "-P", "-m", "shoal", "gateway",
-            f"--etcd={etcd_url}",
-            f"--listen=127.0.0.1:{self.port}",
-            f"--upstream={upstream}",
-            "--gateway-id=bench",
-        ]  # fmt: skip
-        self.process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    @property
-    def pid(self) -> int:
-        assert self.process is not None
-        return self.process.pid
-
-    def __enter__(self) -> GatewayProcess:
-        with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen(
-                self.command,
-                stdout=log,
-                stderr=log,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
-            )
-        deadline = time.monotonic() + 60
-        while READY_EVENT not in self.log_path.read_bytes():
-            if time.monotonic() > deadline or self.process.poll() is not None:
-                self.__exit__()
-                tail = self.log_path.read_text(errors="replace")[-3000:]
-                raise RuntimeError(f"the gateway did not start:\n{tail}")
-            time.sleep(0.1)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            print(f"note: gateway still running {STOP_TIMEOUT_S:.0f} s after SIGTERM; killed")
-            self.process.kill()
-            self.process.wait(10)
 
 
 @dataclass

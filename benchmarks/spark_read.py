@@ -69,13 +69,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from common import HERE, LocalCluster, cpu_seconds, measure_limits
+from common import HERE, GatewayProcess, LocalCluster, cpu_seconds, create_tenant, measure_limits
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from shoal.connector import client_options
-
-from gateway import GatewayProcess, create_tenant
 
 RECORD_SIZE = 1024
 BROKERS = 3
