@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 PIP_INSTALL := $(BIN)/pip install --disable-pip-version-check --quiet
 EDITABLE := --config-settings editable_mode=strict
 
-.PHONY: dev test check pytest bench clean kcat java
+.PHONY: dev test check pytest bench bench-detail clean kcat java
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -56,7 +56,17 @@ pytest: $(VENV)/.installed-test kcat java
 
 test: check pytest
 
-bench: $(VENV)/.installed-test
+$(VENV)/.installed-bench: pyproject.toml $(PACKAGE_DIRS) | $(BIN)/python
+	$(PIP_INSTALL) -e '.[dev,bench]' $(EDITABLE)
+	touch $@
+
+# The side-by-side suite (Shoal, NATS JetStream, Redis Streams; about 12 min).
+# It installs nats-server and redis-server from Debian itself.
+bench: $(VENV)/.installed-bench
+	$(BIN)/python benchmarks/compare.py --update-readme
+
+# The focused benchmarks of one part each (about 8 min).
+bench-detail: $(VENV)/.installed-bench java
 	$(BIN)/python benchmarks/produce_consume.py
 	$(BIN)/python benchmarks/group_consume.py
 	$(BIN)/python benchmarks/replicated.py

@@ -1,0 +1,206 @@
+"""The suite's outputs: a Markdown table with ratios and winners, and two PNG charts.
+
+Every figure is shown with its ratio to the machine ceiling that bounds it
+(:class:`Row`'s ``ceiling``): writes against the page cache's write
+bandwidth divided by the copies the system keeps on this one machine,
+reads against one loopback TCP stream, latency against a loopback round
+trip between two processes (a floor, so that ratio is a multiple).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from shoal.loadgen import CDF_QUANTILES
+
+Results = dict[str, Any]
+"""One system's results: workload name to its figures (or ``{"error": ...}``)."""
+
+
+@dataclass(frozen=True)
+class Row:
+    workload: str
+    label: str
+    key: str
+    unit: str
+    higher_is_better: bool | None
+    """None: not a contest (no winner is named)."""
+    ceiling: Callable[[dict[str, float], int], float] | None = None
+    """From the machine's limits and the system's copies to the bound for this figure."""
+    ceiling_name: str = ""
+
+
+def _writes(machine: dict[str, float], copies: int) -> float:
+    return machine.get("pagecache_write_MBps", math.nan) / copies
+
+
+def _loopback(machine: dict[str, float], _copies: int) -> float:
+    return machine.get("loopback_MBps", math.nan)
+
+
+def _rtt(name: str) -> Callable[[dict[str, float], int], float]:
+    return lambda machine, _copies: machine.get(name, math.nan)
+
+
+ROWS = (
+    Row("produce", "1 produce flat out", "mb_per_s", "MB/s", True, _writes, "page cache / copies"),
+    Row("produce", "1 produce flat out", "records_per_s", "records/s", True),
+    Row("produce", "1 produce flat out", "latency_p99_ms", "ms p99 (queued)", False),
+    Row("produce", "1 produce flat out", "mb_per_core_s", "MB per server core-s", True),
+    Row("latency", "2 end to end, half rate", "p50_ms", "ms p50", False, _rtt("rtt_p50_ms"),
+        "loopback round trip"),
+    Row("latency", "2 end to end, half rate", "p99_ms", "ms p99", False, _rtt("rtt_p99_ms"),
+        "loopback round trip"),
+    Row("latency", "2 end to end, half rate", "p99_9_ms", "ms p99.9", False,
+        _rtt("rtt_p99_9_ms"), "loopback round trip"),
+    Row("latency", "2 end to end, half rate", "rate_kept", "achieved / target rate", None),
+    Row("backlog", "3 consume backlog", "mb_per_s", "MB/s", True, _loopback, "loopback"),
+    Row("backlog", "3 consume backlog", "fill_mb_per_s", "MB/s filling", True, _writes,
+        "page cache / copies"),
+    Row("backlog", "3 consume backlog", "mb_per_core_s", "MB per server core-s", True),
+    Row("fanout", "4 fan-out, 3 groups", "mb_per_s", "MB/s delivered", True, _loopback,
+        "loopback"),
+    Row("fanout", "4 fan-out, 3 groups", "produce_mb_per_s", "MB/s produced", True, _writes,
+        "page cache / copies"),
+    Row("partitions", "5 100 partitions, 10 producers", "mb_per_s", "MB/s", True, _writes,
+        "page cache / copies"),
+    Row("partitions", "5 100 partitions, 10 producers", "mb_per_core_s", "MB per server core-s",
+        True),
+)  # fmt: skip
+HEADLINE = {
+    "produce": "mb_per_s",
+    "latency": "p99_ms",
+    "backlog": "mb_per_s",
+    "fanout": "mb_per_s",
+    "partitions": "mb_per_s",
+}
+"""The figure that decides each workload's winner."""
+
+
+def value(results: Results, workload: str, key: str) -> float:
+    figures = results.get(workload, {})
+    found = figures.get(key) if isinstance(figures, dict) else None
+    return float(found) if isinstance(found, int | float) else math.nan
+
+
+def _format(number: float) -> str:
+    if math.isnan(number):
+        return "-"
+    if abs(number) >= 1000:
+        return f"{number:,.0f}"
+    if abs(number) >= 10:
+        return f"{number:.1f}"
+    return f"{number:.2f}"
+
+
+def winner(
+    systems: dict[str, Results], workload: str, key: str, higher_is_better: bool
+) -> tuple[str, float] | None:
+    """The best system on one figure, and how many times better it is than the runner-up."""
+    scored = [(name, value(r, workload, key)) for name, r in systems.items()]
+    scored = [(name, v) for name, v in scored if not math.isnan(v) and v > 0]
+    if not scored:
+        return None
+    scored.sort(key=lambda item: item[1], reverse=higher_is_better)
+    if len(scored) == 1:
+        return scored[0][0], math.nan
+    best, second = scored[0][1], scored[1][1]
+    return scored[0][0], best / second if higher_is_better else second / best
+
+
+def markdown(
+    systems: dict[str, Results],
+    copies: dict[str, int],
+    machine: dict[str, float],
+) -> str:
+    """The table: a row per figure, a column per system, each cell ``value (ratio)``."""
+    names = list(systems)
+    lines = [
+        "| workload | figure | " + " | ".join(names) + " | winner |",
+        "| --- | --- | " + " | ".join("---:" for _ in names) + " | --- |",
+    ]
+    for row in ROWS:
+        cells = []
+        for name in names:
+            number = value(systems[name], row.workload, row.key)
+            cell = _format(number)
+            if row.ceiling is not None and not math.isnan(number):
+                bound = row.ceiling(machine, copies[name])
+                if bound and not math.isnan(bound):
+                    cell += f" ({number / bound:.2f})"
+            cells.append(cell)
+        best = (
+            None
+            if row.higher_is_better is None
+            else winner(systems, row.workload, row.key, row.higher_is_better)
+        )
+        won = "" if best is None else f"{best[0]} x{_format(best[1])}"
+        lines.append(f"| {row.label} | {row.unit} | " + " | ".join(cells) + f" | {won} |")
+    failed = [
+        f"- {name}, {workload}: {figures['error'].splitlines()[0]}"
+        for name, results in systems.items()
+        for workload, figures in results.items()
+        if isinstance(figures, dict) and "error" in figures
+    ]
+    notes = [
+        "",
+        "Cells are `value (value / ceiling)`; for latency the ceiling is the floor, so the"
+        " ratio is how many loopback round trips it takes. Winner: best system, and how many"
+        " times better than the runner-up.",
+    ]
+    return "\n".join(lines + notes + (["", "Failed:", *failed] if failed else [])) + "\n"
+
+
+def charts(systems: dict[str, Results], directory: Path) -> list[Path]:
+    """throughput.png (bars per workload) and latency_cdf.png (workload 2)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(systems)
+    bars = [
+        ("produce", "mb_per_s", "1 produce"),
+        ("backlog", "mb_per_s", "3 consume backlog"),
+        ("fanout", "mb_per_s", "4 fan-out (delivered)"),
+        ("partitions", "mb_per_s", "5 100 partitions"),
+    ]
+    figure, axes = plt.subplots(figsize=(10, 5))
+    width = 0.8 / len(names)
+    for i, name in enumerate(names):
+        heights = [value(systems[name], w, k) for w, k, _ in bars]
+        positions = [b + i * width for b in range(len(bars))]
+        axes.bar(positions, [0 if math.isnan(h) else h for h in heights], width, label=name)
+    axes.set_xticks([b + 0.4 - width / 2 for b in range(len(bars))], [t for *_, t in bars])
+    axes.set_ylabel("MB/s (10^6 bytes)")
+    axes.set_title("Throughput, 1 KiB records")
+    axes.legend()
+    figure.tight_layout()
+    throughput = directory / "throughput.png"
+    figure.savefig(throughput, dpi=120)
+    plt.close(figure)
+
+    figure, axes = plt.subplots(figsize=(10, 5))
+    quantiles = [*CDF_QUANTILES, 1.0]
+    nines = [-math.log10(max(1 - q, 1e-5)) for q in quantiles]
+    for name in names:
+        cdf = systems[name].get("latency", {}).get("cdf_ms")
+        if cdf:
+            axes.plot(cdf, nines, label=name, drawstyle="steps-post")
+    axes.set_xscale("log")
+    ticks = [0, 0.5, 0.9, 0.99, 0.999, 0.9999]
+    axes.set_yticks([-math.log10(1 - q) for q in ticks], [f"{q * 100:g}%" for q in ticks])
+    axes.set_xlabel("produce to consume, ms (log)")
+    axes.set_ylabel("percentile")
+    axes.set_title("End-to-end latency at half of each system's maximum rate")
+    axes.grid(True, which="both", alpha=0.3)
+    axes.legend()
+    figure.tight_layout()
+    cdf_path = directory / "latency_cdf.png"
+    figure.savefig(cdf_path, dpi=120)
+    plt.close(figure)
+    return [throughput, cdf_path]

@@ -1,0 +1,305 @@
+"""The systems under test: installed if missing, started on loopback, stopped afterwards.
+
+Each system is a context manager that yields :class:`Target`s: one way to
+reach it with one set of durability settings. Shoal yields three from one
+cluster (RF=3 through the gateway and directly, RF=1 directly), so the
+three share the same processes, as they would share a deployment.
+
+The peers come from Debian (``nats-server``, ``redis-server``); their
+versions are whatever the machine's release ships and are recorded in the
+results. Their settings, and why they are the closest match to Kafka's, are
+in :data:`DURABILITY` and ``benchmarks/README.md``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from common import GatewayProcess, LocalCluster, create_tenant, free_port, free_port_block
+
+SHOAL_BROKERS = 3
+MIN_INSYNC_REPLICAS = 2
+TENANT = "bench"
+NATS_NODES = 3
+START_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class Target:
+    """One system as the workloads see it.
+
+    ``kind`` picks the client (``kafka``, ``nats``, ``redis``); ``connection``
+    is what that client needs (librdkafka settings, server URLs, a port).
+    ``copies`` is how many times the machine stores each byte produced, which
+    sets the write ceiling it is held against. ``pids`` are its server
+    processes, for CPU accounting.
+    """
+
+    name: str
+    kind: str
+    connection: dict[str, Any]
+    copies: int
+    durability: str
+    version: str
+    pids: dict[str, int] = field(default_factory=dict)
+    topic_prefix: str = ""
+    """Put before a topic name on the way to Shoal's admin API: a tenant's topics live in
+    its namespace, so ``events`` through the gateway is ``bench.events`` on the brokers."""
+    replicas: int = 1
+
+
+DURABILITY = {
+    "shoal-gw-rf3": "3 replicas, min.insync.replicas=2, acks=all, idempotent producer;"
+    " page cache (no fsync per write, as Kafka); SASL/PLAIN through the gateway",
+    "shoal-rf3": "as shoal-gw-rf3, straight to the brokers",
+    "shoal-rf1": "1 replica, acks=1 (the leader has it in its page cache)",
+    "nats-r3": "JetStream file storage, 3 replicas: a publish is acknowledged once a"
+    " quorum (2 of 3) has it; written to the OS, fsync every 2 min (NATS default)",
+    "redis-aof": "one server, no replica; AOF with appendfsync everysec: XADD answers"
+    " from memory, the AOF is written at once and fsynced each second",
+}
+
+
+def install_debian(*packages: str) -> None:
+    """apt-get install what is missing (through sudo unless root)."""
+    missing = [p for p in packages if shutil.which(_binary(p)) is None]
+    if not missing:
+        return
+    print(f"installing {' '.join(missing)} (Debian packages)", file=sys.stderr)
+    sudo = [] if os.geteuid() == 0 else ["sudo"]
+    subprocess.run([*sudo, "apt-get", "update", "-qq"], check=True)
+    subprocess.run([*sudo, "apt-get", "install", "-y", "-qq", *missing], check=True)
+
+
+def _binary(package: str) -> str:
+    return {"nats-server": "nats-server", "redis-server": "redis-server"}.get(package, package)
+
+
+def _version(argv: list[str]) -> str:
+    return subprocess.run(argv, capture_output=True, text=True, check=True).stdout.strip()
+
+
+def _nats_version() -> str:
+    return _version(["nats-server", "--version"]).replace("nats-server: v", "nats-server ")
+
+
+def _redis_version() -> str:
+    words = _version(["redis-server", "--version"]).split()
+    number = next((w[2:] for w in words if w.startswith("v=")), "?")
+    return f"redis-server {number}"
+
+
+def _shoal_version() -> str:
+    git = ["git", "rev-parse", "--short", "HEAD"]
+    here = Path(__file__).parent
+    commit = subprocess.run(git, check=False, capture_output=True, text=True, cwd=here).stdout
+    return f"shoal {metadata.version('shoal')} {commit.strip()}".strip()
+
+
+# -- Shoal ----------------------------------------------------------------------------------
+
+
+@contextmanager
+def shoal(root: Path) -> Iterator[list[Target]]:
+    """etcd, three brokers and a gateway; a tenant with a key for the gateway route."""
+    env = {
+        "SHOAL_DEFAULT_REPLICATION_FACTOR": str(SHOAL_BROKERS),
+        "SHOAL_OFFSETS_TOPIC_REPLICATION_FACTOR": str(SHOAL_BROKERS),
+        "SHOAL_TOPIC_DEFAULTS": json.dumps({"min.insync.replicas": str(MIN_INSYNC_REPLICAS)}),
+    }
+    root.mkdir(parents=True, exist_ok=True)
+    with LocalCluster(root, brokers=SHOAL_BROKERS, env=env) as cluster:
+        key_id, secret = create_tenant(cluster.etcd_url, TENANT)
+        with GatewayProcess(root, cluster.etcd_url, cluster.bootstrap, SHOAL_BROKERS) as gateway:
+            version = _shoal_version()
+            pids = {f"broker-{n}": cluster.pid(n) for n in range(SHOAL_BROKERS)}
+            direct = {"bootstrap.servers": cluster.bootstrap}
+            all_acks = {"acks": "all", "enable.idempotence": True}
+            gateway_connection = {
+                "bootstrap.servers": gateway.bootstrap,
+                "security.protocol": "SASL_PLAINTEXT",
+                "sasl.mechanisms": "PLAIN",
+                "sasl.username": key_id,
+                "sasl.password": secret,
+            }
+            admin = {"admin": direct}
+            yield [
+                Target(
+                    "shoal-gw-rf3", "kafka",
+                    {**admin, "client": gateway_connection, "producer": all_acks},
+                    copies=3, durability=DURABILITY["shoal-gw-rf3"], version=version,
+                    pids={**pids, "gateway": gateway.pid}, topic_prefix=f"{TENANT}.", replicas=3,
+                ),
+                Target(
+                    "shoal-rf3", "kafka", {**admin, "client": direct, "producer": all_acks},
+                    copies=3, durability=DURABILITY["shoal-rf3"], version=version, pids=pids,
+                    replicas=3,
+                ),
+                Target(
+                    "shoal-rf1", "kafka", {**admin, "client": direct, "producer": {"acks": 1}},
+                    copies=1, durability=DURABILITY["shoal-rf1"], version=version, pids=pids,
+                    replicas=1,
+                ),
+            ]  # fmt: skip
+
+
+# -- NATS JetStream -------------------------------------------------------------------------
+
+
+NATS_CONFIG = """\
+server_name: {name}
+listen: 127.0.0.1:{client}
+http: 127.0.0.1:{monitor}
+max_payload: 1048576
+jetstream {{
+  store_dir: "{store}"
+  max_file_store: 64G
+  max_memory_store: 1G
+}}
+cluster {{
+  name: shoal-bench
+  listen: 127.0.0.1:{route}
+  routes: [{routes}]
+}}
+"""
+
+
+@contextmanager
+def nats(root: Path) -> Iterator[list[Target]]:
+    """A three-node JetStream cluster; streams are created with file storage and R3."""
+    install_debian("nats-server")
+    root.mkdir(parents=True, exist_ok=True)
+    clients = [free_port() for _ in range(NATS_NODES)]
+    routes = [free_port() for _ in range(NATS_NODES)]
+    monitors = [free_port() for _ in range(NATS_NODES)]
+    processes: list[subprocess.Popen[bytes]] = []
+    try:
+        for n in range(NATS_NODES):
+            config = root / f"n{n}.conf"
+            config.write_text(
+                NATS_CONFIG.format(
+                    name=f"n{n}", client=clients[n], monitor=monitors[n], route=routes[n],
+                    store=root / f"n{n}",
+                    routes=", ".join(f"nats-route://127.0.0.1:{p}" for p in routes),
+                )
+            )  # fmt: skip
+            with open(root / f"n{n}.log", "ab") as log:
+                processes.append(
+                    subprocess.Popen(["nats-server", "-c", str(config)], stdout=log, stderr=log)
+                )
+        urls = [f"nats://127.0.0.1:{p}" for p in clients]
+        _wait_for_jetstream(urls, processes, root)
+        yield [
+            Target(
+                "nats-r3", "nats", {"servers": urls}, copies=3,
+                durability=DURABILITY["nats-r3"], version=_nats_version(),
+                pids={f"nats-{n}": p.pid for n, p in enumerate(processes)}, replicas=3,
+            )
+        ]  # fmt: skip
+    finally:
+        _stop(processes)
+
+
+def _wait_for_jetstream(
+    urls: list[str], processes: list[subprocess.Popen[bytes]], root: Path
+) -> None:
+    """Until the cluster has a JetStream meta leader: before that, creating a stream fails."""
+    import nats as nats_py
+
+    async def quiet(_error: Exception) -> None:
+        """Refused connections are expected while the servers start."""
+
+    async def ready() -> bool:
+        try:
+            client = await nats_py.connect(
+                urls, connect_timeout=1, max_reconnect_attempts=0, error_cb=quiet
+            )
+        except Exception:
+            return False
+        try:
+            await client.jetstream().account_info()
+            return True
+        except Exception:
+            return False
+        finally:
+            await client.close()
+
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while not asyncio.run(ready()):
+        if time.monotonic() > deadline or any(p.poll() is not None for p in processes):
+            logs = "\n".join((root / f"n{n}.log").read_text()[-1500:] for n in range(NATS_NODES))
+            raise RuntimeError(f"the NATS cluster did not come up:\n{logs}")
+        time.sleep(0.5)
+
+
+# -- Redis ----------------------------------------------------------------------------------
+
+
+@contextmanager
+def redis(root: Path) -> Iterator[list[Target]]:
+    """One redis-server with the append-only file, fsynced every second."""
+    install_debian("redis-server")
+    root.mkdir(parents=True, exist_ok=True)
+    port = free_port_block(1)
+    argv = [
+        "redis-server", "--bind", "127.0.0.1", "--port", str(port), "--dir", str(root),
+        "--appendonly", "yes", "--appendfsync", "everysec", "--save", "",
+        "--daemonize", "no", "--protected-mode", "no", "--logfile", str(root / "redis.log"),
+    ]  # fmt: skip
+    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not _answers(port):
+            if time.monotonic() > deadline or process.poll() is not None:
+                raise RuntimeError(f"redis-server did not start:\n{_tail(root / 'redis.log')}")
+            time.sleep(0.1)
+        yield [
+            Target(
+                "redis-aof", "redis", {"host": "127.0.0.1", "port": port}, copies=1,
+                durability=DURABILITY["redis-aof"],
+                version=_redis_version(), pids={"redis": process.pid},
+            )
+        ]  # fmt: skip
+    finally:
+        _stop([process])
+
+
+def _answers(port: int) -> bool:
+    import redis as redis_py
+
+    try:
+        return bool(redis_py.Redis(port=port, socket_connect_timeout=1).ping())
+    except redis_py.RedisError:
+        return False
+
+
+def _tail(path: Path) -> str:
+    return path.read_text(errors="replace")[-3000:] if path.exists() else "(no log)"
+
+
+def _stop(processes: list[subprocess.Popen[bytes]]) -> None:
+    for process in processes:
+        if process.poll() is None:
+            process.terminate()
+    for process in processes:
+        try:
+            process.wait(20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(10)
+
+
+SYSTEMS = {"shoal": shoal, "nats": nats, "redis": redis}
+"""Each system's starter, in the order the suite runs them."""

@@ -1,0 +1,115 @@
+"""One client role in its own process: ``python -P -m suite.worker SPEC-JSON``.
+
+The suite starts workers rather than threads so that clients never share an
+interpreter lock with each other or with the suite, as separate
+applications would not. A worker waits until ``start_at`` (a wall-clock
+time, so that several workers begin together), runs its role (a producer
+first sends ``warmup`` unmeasured records with the same client), and
+prints one JSON line:
+the result (``shoal.loadgen``'s fields), its wall-clock start and end, and
+the CPU seconds the worker used during the measured run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import resource
+import sys
+import time
+from typing import Any
+
+from shoal import loadgen
+from suite import nats_client, redis_client
+
+SPREAD = {"sticky.partitioning.linger.ms": 0}
+"""librdkafka sends each keyless record to a random partition instead of filling
+one partition's batch at a time: many small batches, as many independent writers make."""
+LINGER_MS = 5
+"""librdkafka's default: batches wait up to 5 ms to fill. The latency workload's
+producer sets 0, sending what is due at once as the peers' producers do."""
+
+
+def _cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _kafka(spec: dict[str, Any], records: int) -> loadgen.Throughput:
+    connection = spec["target"]["connection"]
+    client = connection["client"]
+    producer = {**connection["producer"], "linger.ms": spec.get("linger_ms", LINGER_MS)}
+    if spec.get("spread"):
+        producer.update(SPREAD)
+    topic, size = spec["topic"], spec["size"]
+    match spec["role"]:
+        case "produce":
+            return loadgen.produce(
+                {**client, **producer}, topic, records, size, spec.get("rate"),
+                run_id=_run_id(spec), warmup_records=spec.get("warmup", 0),
+            )  # fmt: skip
+        case "consume":
+            return loadgen.consume(client, topic, records, spec.get("group"))
+        case "read-latencies":
+            run_id = _run_id(spec)
+            assert run_id is not None
+            return loadgen.read_latencies(client, topic, run_id, records, size, on_ready=_ready)
+    raise ValueError(spec["role"])
+
+
+def _peer(spec: dict[str, Any], records: int) -> loadgen.Throughput:
+    client: Any = nats_client if spec["target"]["kind"] == "nats" else redis_client
+    connection = spec["target"]["connection"]
+    topic, size = spec["topic"], spec["size"]
+    match spec["role"]:
+        case "produce":
+            run = client.produce(
+                connection, topic, spec.get("partitions", 1), records, size, spec.get("rate"),
+                _run_id(spec), spec.get("warmup", 0),
+            )  # fmt: skip
+        case "consume":
+            run = client.consume(connection, topic, records, spec.get("group"))
+        case "read-latencies":
+            run = client.read_latencies(connection, topic, _run_id(spec), records, size, _ready)
+        case _:
+            raise ValueError(spec["role"])
+    result: loadgen.Throughput = asyncio.run(run)
+    return result
+
+
+def _run_id(spec: dict[str, Any]) -> bytes | None:
+    return bytes.fromhex(spec["run_id"]) if spec.get("run_id") else None
+
+
+_marks: dict[str, float] = {}
+"""Wall-clock moments a run reports besides its start and end."""
+
+
+def _ready() -> None:
+    """A latency reader is at the end of the topic: its producer may start."""
+    _marks["ready_at"] = time.time()
+
+
+def run(spec: dict[str, Any]) -> dict[str, Any]:
+    do = _kafka if spec["target"]["kind"] == "kafka" else _peer
+    start_at = spec.get("start_at")
+    if start_at is not None:
+        time.sleep(max(0.0, start_at - time.time()))
+    cpu, wall_start = _cpu_seconds(), time.time()
+    result = do(spec, spec["records"])
+    wall_end = time.time()
+    return {
+        "result": result.as_dict(),
+        "wall_start": wall_start,
+        "wall_end": wall_end,
+        "cpu_seconds": _cpu_seconds() - cpu,
+        **_marks,
+    }
+
+
+def main() -> None:
+    print(json.dumps(run(json.loads(sys.argv[1]))), flush=True)
+
+
+if __name__ == "__main__":
+    main()

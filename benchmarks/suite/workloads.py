@@ -1,0 +1,333 @@
+"""The five workloads, each a fixed amount of work run against one :class:`Target`.
+
+Every client runs in a :mod:`suite.worker` process. Each workload returns a
+dict of figures (MB is 10**6 bytes, records are :data:`RECORD_SIZE` bytes)
+including ``cpu``: the cores the system's server processes used while it
+ran, the cost side of the comparison.
+
+1. ``produce``: one producer, flat out, after a warm-up; ``runs`` times,
+   medians.
+2. ``latency``: one producer at half of (1)'s median records/s for
+   :attr:`Sizes.latency_s` seconds after a one-second warm-up, and a reader
+   in another process from the topic's end; produce-to-consume latency
+   percentiles (the stamps are CLOCK_MONOTONIC, one clock for the machine).
+3. ``backlog``: fill a topic with :attr:`Sizes.backlog_bytes` flat out
+   (two producers), then one consumer reads it all from the start.
+4. ``fanout``: three consumer groups (one consumer each, own processes)
+   join first, then one producer writes; from the producer's start until
+   the last group has every record.
+5. ``partitions``: ten producers at once, each spreading its records over a
+   100-partition topic, so that every request carries many small batches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from common import HERE, cpu_seconds
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from suite import nats_client
+from suite.systems import MIN_INSYNC_REPLICAS, Target
+
+RECORD_SIZE = 1024
+GROUP_JOIN_S = 6.0
+"""Time the fan-out's groups get to join before the producer starts: a new Kafka group
+waits group.initial.rebalance.delay.ms (3 s) for more members before it assigns."""
+START_DELAY_S = 3.0
+"""Time for worker processes to start and connect before they begin together."""
+WORKER_TIMEOUT_S = 600.0
+FILL_PRODUCERS = 2
+"""Producers that fill the backlog together: one Python client is the bound for some peers."""
+WORKER_WARMUP = 2000
+"""Warm-up records of each producer in the multi-process workloads (4 and 5)."""
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How much work each workload does; ``scaled`` shrinks them all for a quick run."""
+
+    produce_records: int = 200_000
+    warmup_records: int = 20_000
+    runs: int = 3
+    latency_s: float = 10.0
+    backlog_bytes: int = 2 * 1024**3
+    fanout_records: int = 200_000
+    partitions: int = 100
+    producers: int = 10
+    partitions_records: int = 200_000
+
+    def scaled(self, factor: float) -> Sizes:
+        def n(value: int) -> int:
+            return max(1000, int(value * factor))
+
+        return Sizes(
+            produce_records=n(self.produce_records),
+            warmup_records=n(self.warmup_records),
+            runs=self.runs,
+            latency_s=max(2.0, self.latency_s * factor),
+            backlog_bytes=max(RECORD_SIZE * 1000, int(self.backlog_bytes * factor)),
+            fanout_records=n(self.fanout_records),
+            partitions=self.partitions,
+            producers=self.producers,
+            partitions_records=n(self.partitions_records),
+        )
+
+
+class WorkerError(RuntimeError):
+    pass
+
+
+def _spec(target: Target, role: str, topic: str, records: int, **extra: Any) -> dict[str, Any]:
+    return {
+        "target": {"kind": target.kind, "connection": target.connection},
+        "role": role,
+        "topic": topic,
+        "records": records,
+        "size": RECORD_SIZE,
+        **extra,
+    }
+
+
+def _start(spec: dict[str, Any]) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": str(HERE)}
+    return subprocess.Popen(
+        [sys.executable, "-P", "-m", "suite.worker", json.dumps(spec)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+
+
+def _finish(process: subprocess.Popen[str]) -> dict[str, Any]:
+    try:
+        out, err = process.communicate(timeout=WORKER_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        out, err = process.communicate()
+        raise WorkerError(f"a worker ran over {WORKER_TIMEOUT_S:.0f} s:\n{err[-3000:]}") from None
+    if process.returncode != 0 or not out.strip():
+        raise WorkerError(f"a worker failed ({process.returncode}):\n{err[-3000:]}")
+    report: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    result = report["result"]
+    if result.get("failed") or result.get("missing") or result.get("timed_out"):
+        raise WorkerError(f"a worker lost records: {json.dumps(result)[:2000]}")
+    return report
+
+
+def _workers(specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    processes = [_start(spec) for spec in specs]
+    try:
+        return [_finish(p) for p in processes]
+    finally:
+        for p in processes:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+class ServerCpu:
+    """Cores the target's server processes use between ``start`` and ``cores``."""
+
+    def __init__(self, target: Target) -> None:
+        self.pids = target.pids
+
+    def __enter__(self) -> ServerCpu:
+        self.begin = {name: cpu_seconds(pid) for name, pid in self.pids.items()}
+        self.wall = time.monotonic()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        elapsed = time.monotonic() - self.wall
+        used = {name: cpu_seconds(pid) - self.begin[name] for name, pid in self.pids.items()}
+        self.cores = sum(used.values()) / elapsed if elapsed > 0 else 0.0
+        self.by_process = {name: seconds / elapsed for name, seconds in used.items()}
+
+
+def create_topic(target: Target, name: str, partitions: int) -> str:
+    """A fresh topic (streams, for NATS; Redis needs nothing); returns the client's name for it."""
+    topic = f"{name}-{uuid.uuid4().hex[:6]}"
+    if target.kind == "kafka":
+        admin = AdminClient(target.connection["admin"])
+        config = {"min.insync.replicas": str(min(MIN_INSYNC_REPLICAS, target.replicas))}
+        new = NewTopic(target.topic_prefix + topic, partitions, target.replicas, config=config)
+        for future in admin.create_topics([new], operation_timeout=30).values():
+            future.result()
+    elif target.kind == "nats":
+        asyncio.run(nats_client.create_topic(target.connection, topic, partitions))
+    return topic
+
+
+def _mb_per_s(records: int, seconds: float) -> float:
+    return records * RECORD_SIZE / 1e6 / seconds if seconds > 0 else 0.0
+
+
+def produce(target: Target, sizes: Sizes, progress: Callable[[str], None]) -> dict[str, Any]:
+    runs = []
+    for run in range(sizes.runs):
+        topic = create_topic(target, "produce", 1)
+        progress(f"produce run {run + 1}/{sizes.runs}")
+        spec = _spec(target, "produce", topic, sizes.produce_records, warmup=sizes.warmup_records)
+        with ServerCpu(target) as cpu:
+            report = _workers([spec])[0]
+        result = report["result"]
+        runs.append(
+            {
+                "records_per_s": result["records_per_s"],
+                "mb_per_s": result["mb_per_s"],
+                "latency_p50_ms": result["latency"]["p50_ms"],
+                "latency_p99_ms": result["latency"]["p99_ms"],
+                "cpu": cpu.cores,
+                "mb_per_core_s": _per_core(result["mb_per_s"], cpu.cores),
+                "client_cpu": report["cpu_seconds"] / result["seconds"],
+            }
+        )
+    return {**_medians(runs), "runs": runs}
+
+
+def latency(
+    target: Target, sizes: Sizes, max_records_per_s: float, progress: Callable[[str], None]
+) -> dict[str, Any]:
+    rate = max_records_per_s / 2
+    topic = create_topic(target, "latency", 1)
+    progress(f"latency at {rate:,.0f} records/s")
+    records = int(rate * sizes.latency_s)
+    run_id = uuid.uuid4().bytes[:8].hex()
+    reader = _spec(target, "read-latencies", topic, records, run_id=run_id)
+    producer = _spec(
+        target, "produce", topic, records, rate=rate, run_id=run_id, linger_ms=0,
+        warmup=int(rate), start_at=time.time() + START_DELAY_S,
+    )  # fmt: skip
+    with ServerCpu(target) as cpu:
+        read, wrote = _workers([reader, producer])
+    result = wrote["result"]
+    latencies = read["result"]["latency"]
+    return {
+        "target_records_per_s": rate,
+        "achieved_records_per_s": result["records_per_s"],
+        "rate_kept": result["records_per_s"] / rate,
+        "records": read["result"]["records"],
+        "p50_ms": latencies["p50_ms"],
+        "p99_ms": latencies["p99_ms"],
+        "p99_9_ms": latencies["p99_9_ms"],
+        "max_ms": latencies["max_ms"],
+        "cdf_ms": latencies["cdf_ms"],
+        "reader_ready_late": read.get("ready_at", 0) > wrote["wall_start"],
+        "cpu": cpu.cores,
+    }
+
+
+def backlog(target: Target, sizes: Sizes, progress: Callable[[str], None]) -> dict[str, Any]:
+    records = sizes.backlog_bytes // RECORD_SIZE
+    topic = create_topic(target, "backlog", 1)
+    progress(f"backlog: filling {sizes.backlog_bytes / 2**30:.2f} GiB")
+    share = records // FILL_PRODUCERS
+    fillers = [
+        _spec(target, "produce", topic, share + (records % FILL_PRODUCERS if n == 0 else 0))
+        for n in range(FILL_PRODUCERS)
+    ]
+    with ServerCpu(target) as fill_cpu:
+        filled = _workers(fillers)
+    fill_seconds = max(r["wall_end"] for r in filled) - min(_measured_start(r) for r in filled)
+    progress("backlog: reading it back")
+    with ServerCpu(target) as cpu:
+        read = _workers([_spec(target, "consume", topic, records)])[0]["result"]
+    return {
+        "records": read["records"],
+        "mb_per_s": read["mb_per_s"],
+        "records_per_s": read["records_per_s"],
+        "fill_mb_per_s": _mb_per_s(records, fill_seconds),
+        "cpu": cpu.cores,
+        "mb_per_core_s": _per_core(read["mb_per_s"], cpu.cores),
+        "fill_cpu": fill_cpu.cores,
+    }
+
+
+def fanout(target: Target, sizes: Sizes, progress: Callable[[str], None]) -> dict[str, Any]:
+    topic = create_topic(target, "fanout", 1)
+    records = sizes.fanout_records
+    progress("fan-out: 3 groups join, 1 producer writes")
+    now = time.time()
+    warmup = WORKER_WARMUP
+    groups = [
+        _spec(target, "consume", topic, warmup + records, group=f"g{g}-{topic}", start_at=now)
+        for g in range(3)
+    ]
+    producer = _spec(target, "produce", topic, records, warmup=warmup, start_at=now + GROUP_JOIN_S)
+    with ServerCpu(target) as cpu:
+        *readers, writer = _workers([*groups, producer])
+    begin = _measured_start(writer)
+    end = max(r["wall_end"] for r in readers)
+    joined_late = any(r["wall_start"] + r["result"]["join_seconds"] > begin for r in readers)
+    return {
+        "records": records,
+        "produce_mb_per_s": writer["result"]["mb_per_s"],
+        "mb_per_s": _mb_per_s(3 * records, end - begin),
+        "last_group_s": end - begin,
+        "joined_late": joined_late,
+        "cpu": cpu.cores,
+    }
+
+
+def partitions(target: Target, sizes: Sizes, progress: Callable[[str], None]) -> dict[str, Any]:
+    runs = []
+    each = sizes.partitions_records // sizes.producers
+    for run in range(sizes.runs):
+        topic = create_topic(target, "partitions", sizes.partitions)
+        progress(f"{sizes.partitions} partitions, {sizes.producers} producers, run {run + 1}")
+        start_at = time.time() + START_DELAY_S
+        spec = _spec(
+            target, "produce", topic, each, partitions=sizes.partitions, spread=True,
+            start_at=start_at, warmup=WORKER_WARMUP,
+        )  # fmt: skip
+        with ServerCpu(target) as cpu:
+            reports = _workers([spec] * sizes.producers)
+        begin = min(_measured_start(r) for r in reports)
+        end = max(r["wall_end"] for r in reports)
+        total = sum(r["result"]["records"] for r in reports)
+        runs.append(
+            {
+                "records_per_s": total / (end - begin),
+                "mb_per_s": _mb_per_s(total, end - begin),
+                "latency_p99_ms": max(r["result"]["latency"]["p99_ms"] for r in reports),
+                "cpu": cpu.cores,
+                "mb_per_core_s": _per_core(_mb_per_s(total, end - begin), cpu.cores),
+            }
+        )
+    return {**_medians(runs), "runs": runs}
+
+
+def _measured_start(report: dict[str, Any]) -> float:
+    """When a producer's measured run began (after its warm-up), on the wall clock."""
+    return float(report["wall_end"] - report["result"]["seconds"])
+
+
+def _per_core(mb_per_s: float, cores: float) -> float:
+    """MB moved per second of server CPU: what the throughput costs."""
+    return mb_per_s / cores if cores > 0 else 0.0
+
+
+def _medians(runs: list[dict[str, float]]) -> dict[str, float]:
+    return {key: statistics.median(run[key] for run in runs) for key in runs[0]}
+
+
+def run_all(target: Target, sizes: Sizes, progress: Callable[[str], None]) -> dict[str, Any]:
+    """Every workload against one target, in order; (2) needs (1)'s maximum."""
+    results: dict[str, Any] = {}
+    results["produce"] = produce(target, sizes, progress)
+    results["latency"] = latency(target, sizes, results["produce"]["records_per_s"], progress)
+    results["backlog"] = backlog(target, sizes, progress)
+    results["fanout"] = fanout(target, sizes, progress)
+    results["partitions"] = partitions(target, sizes, progress)
+    return results
