@@ -49,7 +49,7 @@ def _rtt(name: str) -> Callable[[dict[str, float], int], float]:
 ROWS = (
     Row("produce", "1 produce flat out", "mb_per_s", "MB/s", True, _writes, "page cache / copies"),
     Row("produce", "1 produce flat out", "records_per_s", "records/s", True),
-    Row("produce", "1 produce flat out", "latency_p99_ms", "ms p99 (queued)", False),
+    Row("produce", "1 produce flat out", "latency_p99_ms", "ms p99 (queued)", None),
     Row("produce", "1 produce flat out", "mb_per_core_s", "MB per server core-s", True),
     Row("latency", "2 end to end, half rate", "p50_ms", "ms p50", False, _rtt("rtt_p50_ms"),
         "loopback round trip"),

@@ -206,7 +206,7 @@ def latency(
     run_id = uuid.uuid4().bytes[:8].hex()
     reader = _spec(target, "read-latencies", topic, records, run_id=run_id)
     producer = _spec(
-        target, "produce", topic, records, rate=rate, run_id=run_id, linger_ms=0,
+        target, "produce", topic, records, rate=rate, run_id=run_id,
         warmup=int(rate), start_at=time.time() + START_DELAY_S,
     )  # fmt: skip
     with ServerCpu(target) as cpu:
