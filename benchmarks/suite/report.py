@@ -58,6 +58,12 @@ ROWS = (
     Row("latency", "2 end to end, half rate", "p99_9_ms", "ms p99.9", False,
         _rtt("rtt_p99_9_ms"), "loopback round trip"),
     Row("latency", "2 end to end, half rate", "rate_kept", "achieved / target rate", None),
+    Row("latency", "2 end to end, 5,000/s", "common_p50_ms", "ms p50", False,
+        _rtt("rtt_p50_ms"), "loopback round trip"),
+    Row("latency", "2 end to end, 5,000/s", "common_p99_ms", "ms p99", False,
+        _rtt("rtt_p99_ms"), "loopback round trip"),
+    Row("latency", "2 end to end, 5,000/s", "common_p99_9_ms", "ms p99.9", False,
+        _rtt("rtt_p99_9_ms"), "loopback round trip"),
     Row("backlog", "3 consume backlog", "mb_per_s", "MB/s", True, _loopback, "loopback"),
     Row("backlog", "3 consume backlog", "fill_mb_per_s", "MB/s filling", True, _writes,
         "page cache / copies"),
@@ -184,21 +190,25 @@ def charts(systems: dict[str, Results], directory: Path) -> list[Path]:
     figure.savefig(throughput, dpi=120)
     plt.close(figure)
 
-    figure, axes = plt.subplots(figsize=(10, 5))
+    figure, panels = plt.subplots(1, 2, figsize=(14, 5), sharey=True)
     quantiles = [*CDF_QUANTILES, 1.0]
     nines = [-math.log10(max(1 - q, 1e-5)) for q in quantiles]
-    for name in names:
-        cdf = systems[name].get("latency", {}).get("cdf_ms")
-        if cdf:
-            axes.plot(cdf, nines, label=name, drawstyle="steps-post")
-    axes.set_xscale("log")
     ticks = [0, 0.5, 0.9, 0.99, 0.999, 0.9999]
-    axes.set_yticks([-math.log10(1 - q) for q in ticks], [f"{q * 100:g}%" for q in ticks])
-    axes.set_xlabel("produce to consume, ms (log)")
-    axes.set_ylabel("percentile")
-    axes.set_title("End-to-end latency at half of each system's maximum rate")
-    axes.grid(True, which="both", alpha=0.3)
-    axes.legend()
+    for axes, key, title in (
+        (panels[0], "cdf_ms", "at half of each system's maximum rate"),
+        (panels[1], "common_cdf_ms", "at 5,000 records/s for every system"),
+    ):
+        for name in names:
+            cdf = systems[name].get("latency", {}).get(key)
+            if cdf:
+                axes.plot(cdf, nines, label=name, drawstyle="steps-post")
+        axes.set_xscale("log")
+        axes.set_yticks([-math.log10(1 - q) for q in ticks], [f"{q * 100:g}%" for q in ticks])
+        axes.set_xlabel("produce to consume, ms (log)")
+        axes.set_title(f"End-to-end latency {title}")
+        axes.grid(True, which="both", alpha=0.3)
+        axes.legend()
+    panels[0].set_ylabel("percentile")
     figure.tight_layout()
     cdf_path = directory / "latency_cdf.png"
     figure.savefig(cdf_path, dpi=120)

@@ -11,6 +11,7 @@ ran, the cost side of the comparison.
    :attr:`Sizes.latency_s` seconds after a one-second warm-up, and a reader
    in another process from the topic's end; produce-to-consume latency
    percentiles (the stamps are CLOCK_MONOTONIC, one clock for the machine).
+   Then the same at :data:`COMMON_RATE` for :attr:`Sizes.common_latency_s`.
 3. ``backlog``: fill a topic with :attr:`Sizes.backlog_bytes` flat out
    (two producers), then one consumer reads it all from the start.
 4. ``fanout``: three consumer groups (one consumer each, own processes)
@@ -46,6 +47,10 @@ GROUP_JOIN_S = 6.0
 waits group.initial.rebalance.delay.ms (3 s) for more members before it assigns."""
 START_DELAY_S = 3.0
 """Time for worker processes to start and connect before they begin together."""
+COMMON_RATE = 5000.0
+"""Records/s of (2)'s second measure, the same for every system: each system's half
+maximum differs (Shoal RF=1's is ten times NATS's), and so does the load on the
+machine its latency is measured under."""
 WORKER_TIMEOUT_S = 600.0
 FILL_PRODUCERS = 2
 """Producers that fill the backlog together: one Python client is the bound for some peers."""
@@ -60,7 +65,8 @@ class Sizes:
     produce_records: int = 200_000
     warmup_records: int = 20_000
     runs: int = 3
-    latency_s: float = 10.0
+    latency_s: float = 8.0
+    common_latency_s: float = 6.0
     backlog_bytes: int = 2 * 1024**3
     fanout_records: int = 200_000
     partitions: int = 100
@@ -76,6 +82,7 @@ class Sizes:
             warmup_records=n(self.warmup_records),
             runs=self.runs,
             latency_s=max(2.0, self.latency_s * factor),
+            common_latency_s=max(2.0, self.common_latency_s * factor),
             backlog_bytes=max(RECORD_SIZE * 1000, int(self.backlog_bytes * factor)),
             fanout_records=n(self.fanout_records),
             partitions=self.partitions,
@@ -199,10 +206,18 @@ def produce(target: Target, sizes: Sizes, progress: Callable[[str], None]) -> di
 def latency(
     target: Target, sizes: Sizes, max_records_per_s: float, progress: Callable[[str], None]
 ) -> dict[str, Any]:
-    rate = max_records_per_s / 2
+    """(2) at half of this system's maximum, and at :data:`COMMON_RATE` for every system."""
+    half = _latency_at(target, max_records_per_s / 2, sizes.latency_s, progress)
+    common = _latency_at(target, COMMON_RATE, sizes.common_latency_s, progress)
+    return {**half, **{f"common_{key}": value for key, value in common.items()}}
+
+
+def _latency_at(
+    target: Target, rate: float, seconds: float, progress: Callable[[str], None]
+) -> dict[str, Any]:
     topic = create_topic(target, "latency", 1)
     progress(f"latency at {rate:,.0f} records/s")
-    records = int(rate * sizes.latency_s)
+    records = int(rate * seconds)
     run_id = uuid.uuid4().bytes[:8].hex()
     reader = _spec(target, "read-latencies", topic, records, run_id=run_id)
     producer = _spec(
