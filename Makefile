@@ -60,7 +60,7 @@ $(VENV)/.installed-bench: pyproject.toml $(PACKAGE_DIRS) | $(BIN)/python
 	$(PIP_INSTALL) -e '.[dev,bench]' $(EDITABLE)
 	touch $@
 
-# The side-by-side suite (Shoal, NATS JetStream, Redis Streams; about 12 min).
+# The side-by-side suite (Shoal, NATS JetStream, Redis Streams; about 13.5 min on 2 cores).
 # It installs nats-server and redis-server from Debian itself.
 bench: $(VENV)/.installed-bench
 	$(BIN)/python benchmarks/compare.py --update-readme

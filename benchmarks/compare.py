@@ -39,6 +39,7 @@ from suite.systems import SYSTEMS, Target
 from suite.workloads import Sizes
 
 README = HERE / "README.md"
+CHARTS = HERE / "charts"
 TABLE_BEGIN = "<!-- compare:begin -->"
 TABLE_END = "<!-- compare:end -->"
 
@@ -98,7 +99,7 @@ def main() -> None:
         print(table)
         print(durability_table(described))
         if args.update_readme:
-            update_readme(table, described, machine, seconds)
+            update_readme(table, described, machine, seconds, out)
         say(f"done in {seconds:.0f} s; results in {out}")
     finally:
         if args.keep:
@@ -149,17 +150,27 @@ def durability_table(described: dict[str, dict[str, Any]]) -> str:
 
 
 def update_readme(
-    table: str, described: dict[str, dict[str, Any]], machine: dict[str, float], seconds: float
+    table: str,
+    described: dict[str, dict[str, Any]],
+    machine: dict[str, float],
+    seconds: float,
+    out: Path,
 ) -> None:
+    """The table between README's markers, and this run's charts in ``benchmarks/charts/``."""
     text = README.read_text()
     if TABLE_BEGIN not in text or TABLE_END not in text:
         say(f"{README} has no {TABLE_BEGIN} marker; not updated")
         return
+    CHARTS.mkdir(exist_ok=True)
+    for chart in ("throughput.png", "latency_cdf.png"):
+        shutil.copyfile(out / chart, CHARTS / chart)
     limits = ", ".join(f"{k} {v:,.3g}" for k, v in machine.items())
     block = (
         f"{TABLE_BEGIN}\n"
         f"Run of {time.strftime('%Y-%m-%d')}, {seconds / 60:.1f} min, machine: {limits}.\n\n"
-        f"{table}\n{durability_table(described)}{TABLE_END}"
+        f"{table}\n{durability_table(described)}\n"
+        "![throughput](charts/throughput.png)\n\n![latency CDF](charts/latency_cdf.png)\n"
+        f"{TABLE_END}"
     )
     head, rest = text.split(TABLE_BEGIN, 1)
     README.write_text(head + block + rest.split(TABLE_END, 1)[1])
