@@ -145,7 +145,8 @@ def _workers(specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 class ServerCpu:
-    """Cores the target's server processes use between ``start`` and ``cores``."""
+    """Cores the target's server processes used while the ``with`` block ran:
+    ``cores`` in all, ``by_process`` each."""
 
     def __init__(self, target: Target) -> None:
         self.pids = target.pids
@@ -335,14 +336,3 @@ def _per_core(mb_per_s: float, cores: float) -> float:
 
 def _medians(runs: list[dict[str, float]]) -> dict[str, float]:
     return {key: statistics.median(run[key] for run in runs) for key in runs[0]}
-
-
-def run_all(target: Target, sizes: Sizes, progress: Callable[[str], None]) -> dict[str, Any]:
-    """Every workload against one target, in order; (2) needs (1)'s maximum."""
-    results: dict[str, Any] = {}
-    results["produce"] = produce(target, sizes, progress)
-    results["latency"] = latency(target, sizes, results["produce"]["records_per_s"], progress)
-    results["backlog"] = backlog(target, sizes, progress)
-    results["fanout"] = fanout(target, sizes, progress)
-    results["partitions"] = partitions(target, sizes, progress)
-    return results
