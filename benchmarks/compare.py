@@ -129,6 +129,20 @@ def run_target(
     def progress(message: str) -> None:
         say(f"{target.name}: {message}")
 
+    try:
+        _run_steps(target, steps, results, profile, profile_dir)
+    finally:
+        workloads.drop_topic(target)
+    return results
+
+
+def _run_steps(
+    target: Target,
+    steps: list[tuple[str, Callable[[], dict[str, Any]]]],
+    results: dict[str, Any],
+    profile: str | None,
+    profile_dir: Path | None,
+) -> None:
     for name, step in steps:
         began = time.monotonic()
         try:
@@ -140,7 +154,6 @@ def run_target(
         except Exception as exc:
             say(f"{target.name}: {name} failed: {exc}")
             results[name] = {"error": "".join(traceback.format_exception_only(exc)).strip()}
-    return results
 
 
 def durability_table(described: dict[str, dict[str, Any]]) -> str:

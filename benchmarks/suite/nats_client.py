@@ -84,6 +84,16 @@ async def create_topic(connection: dict[str, Any], topic: str, partitions: int) 
         await client.close()
 
 
+async def delete_topic(connection: dict[str, Any], topic: str, partitions: int) -> None:
+    client = await _connect(connection)
+    try:
+        js = client.jetstream(timeout=CREATE_TIMEOUT_S)
+        for p in range(partitions):
+            await js.delete_stream(stream_name(topic, p))
+    finally:
+        await client.close()
+
+
 class _Acks:
     """Acknowledgement bookkeeping for publish_async futures."""
 

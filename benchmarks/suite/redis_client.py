@@ -60,6 +60,14 @@ def _client(connection: dict[str, Any]) -> aioredis.Redis:
     )
 
 
+async def delete_topic(connection: dict[str, Any], topic: str, partitions: int) -> None:
+    client = _client(connection)
+    try:
+        await client.delete(*(key(topic, p) for p in range(partitions)))
+    finally:
+        await client.aclose()
+
+
 class _Pipelines:
     """Sends due records in pipelines, at most IN_FLIGHT at once, and counts answers."""
 
