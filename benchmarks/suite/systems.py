@@ -73,18 +73,15 @@ DURABILITY = {
 
 
 def install_debian(*packages: str) -> None:
-    """apt-get install what is missing (through sudo unless root)."""
-    missing = [p for p in packages if shutil.which(_binary(p)) is None]
+    """apt-get install what is missing (through sudo unless root); each package is
+    named after the program it installs."""
+    missing = [p for p in packages if shutil.which(p) is None]
     if not missing:
         return
     print(f"installing {' '.join(missing)} (Debian packages)", file=sys.stderr)
     sudo = [] if os.geteuid() == 0 else ["sudo"]
     subprocess.run([*sudo, "apt-get", "update", "-qq"], check=True)
     subprocess.run([*sudo, "apt-get", "install", "-y", "-qq", *missing], check=True)
-
-
-def _binary(package: str) -> str:
-    return {"nats-server": "nats-server", "redis-server": "redis-server"}.get(package, package)
 
 
 def _version(argv: list[str]) -> str:

@@ -145,22 +145,20 @@ def _workers(specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 class ServerCpu:
-    """Cores the target's server processes used while the ``with`` block ran:
-    ``cores`` in all, ``by_process`` each."""
+    """Cores the target's server processes used while the ``with`` block ran (``cores``)."""
 
     def __init__(self, target: Target) -> None:
         self.pids = target.pids
 
     def __enter__(self) -> ServerCpu:
         self.begin = {name: cpu_seconds(pid) for name, pid in self.pids.items()}
-        self.wall = time.monotonic()
+        self.began = time.monotonic()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        elapsed = time.monotonic() - self.wall
-        used = {name: cpu_seconds(pid) - self.begin[name] for name, pid in self.pids.items()}
-        self.cores = sum(used.values()) / elapsed if elapsed > 0 else 0.0
-        self.by_process = {name: seconds / elapsed for name, seconds in used.items()}
+        elapsed = time.monotonic() - self.began
+        used = sum(cpu_seconds(pid) - self.begin[name] for name, pid in self.pids.items())
+        self.cores = used / elapsed if elapsed > 0 else 0.0
 
 
 _live: dict[str, tuple[str, int]] = {}
