@@ -818,14 +818,9 @@ def end_to_end(
         raise ValueError(f"end-to-end records need at least {STAMP_SIZE} bytes")
     stop = stop or threading.Event()
     halt = threading.Event()
-    group = f"shoal-bench-{uuid.uuid4().hex[:8]}"
-    settings, errors = _with_errors(
-        {**config, **(consumer_config or {})}, {"group.id": group, "enable.auto.commit": False}
-    )
-    consumer = Consumer(settings)
+    consumer, errors = _stamp_reader({**config, **(consumer_config or {})})
     try:
-        partitions = _topic_partitions(consumer, topic, errors, stop)
-        consumer.assign(_ends(consumer, topic, partitions))
+        _assign_ends(consumer, topic, errors, stop)
         run_id = os.urandom(8)
         producer_settings = {**config, **(producer_config or {})}
         producer = _ProducerThread(
@@ -893,12 +888,9 @@ def read_latencies(
     ``idle_timeout_s`` without a record.
     """
     stop = stop or threading.Event()
-    group = f"shoal-bench-{uuid.uuid4().hex[:8]}"
-    settings, errors = _with_errors(config, {"group.id": group, "enable.auto.commit": False})
-    consumer = Consumer(settings)
+    consumer, errors = _stamp_reader(config)
     try:
-        partitions = _topic_partitions(consumer, topic, errors, stop)
-        consumer.assign(_ends(consumer, topic, partitions))
+        _assign_ends(consumer, topic, errors, stop)
         if on_ready is not None:
             on_ready()
         start = time.perf_counter()
@@ -933,6 +925,21 @@ class _Producing:
 
     alive: Callable[[], bool]
     failed: Callable[[], bool]
+
+
+def _stamp_reader(config: Config) -> tuple[Consumer, _ClientErrors]:
+    """The latency readers' consumer: a throwaway group id that commits nothing."""
+    group = f"shoal-bench-{uuid.uuid4().hex[:8]}"
+    settings, errors = _with_errors(config, {"group.id": group, "enable.auto.commit": False})
+    return Consumer(settings), errors
+
+
+def _assign_ends(
+    consumer: Consumer, topic: str, errors: _ClientErrors, stop: threading.Event
+) -> None:
+    """Assign every partition of ``topic`` at its current end."""
+    partitions = _topic_partitions(consumer, topic, errors, stop)
+    consumer.assign(_ends(consumer, topic, partitions))
 
 
 def _ends(consumer: Consumer, topic: str, partitions: list[int]) -> list[TopicPartition]:
