@@ -277,11 +277,13 @@ class GatewayProcess:
 
     def __init__(self, root: Path, etcd_url: str, upstream: str, brokers: int) -> None:
         self.port = free_port_block(brokers + 1)
+        self.http_port = free_port_block(1)
         self.log_path = root / "gateway.log"
         self.command = [
             sys.executable, "-P", "-m", "shoal", "gateway",
             f"--etcd={etcd_url}",
             f"--listen=127.0.0.1:{self.port}",
+            f"--http-listen=127.0.0.1:{self.http_port}",
             f"--upstream={upstream}",
             "--gateway-id=bench",
         ]  # fmt: skip
@@ -290,6 +292,10 @@ class GatewayProcess:
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def http_url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}"
 
     @property
     def pid(self) -> int:

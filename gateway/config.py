@@ -40,6 +40,10 @@ class GatewayConfig(BaseSettings):
         description="Host name clients are told to connect to; defaults to the listen host,"
         " or this host's name when listening on every interface.",
     )
+    http_listen: str | None = Field(
+        "127.0.0.1:8080",
+        description="HOST:PORT of the HTTP API (also OAuth, /metrics, /healthz); empty for none.",
+    )
     upstream: str = Field(
         "127.0.0.1:19092",
         description="Comma-separated HOST:PORT of brokers' internal listeners to bootstrap from.",

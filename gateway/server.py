@@ -22,6 +22,9 @@ from typing import Any, Final
 from shoal.gateway.apis import GATEWAY_ONLY, REWRITERS
 from shoal.gateway.cluster_view import ClusterView
 from shoal.gateway.config import GatewayConfig
+from shoal.gateway.http.app import create_app
+from shoal.gateway.http.auth import TokenAuthority
+from shoal.gateway.http.serving import EmbeddedServer, embedded_server
 from shoal.gateway.membership import GatewayMembership
 from shoal.gateway.quotas import QuotaConfig, QuotaManager
 from shoal.gateway.session import ClientSession
@@ -35,6 +38,7 @@ log = logging.getLogger(__name__)
 
 _STARTUP_RETRY_S: Final = 1.0
 _STARTUP_TIMEOUT_S: Final = 120.0
+_HTTP_TASK: Final = "gateway-http"
 
 
 def offered_versions(
@@ -119,6 +123,8 @@ class GatewayServices:
     membership: GatewayMembership
     quota_store: StoreQuotas
     versions: dict[int, tuple[int, int]] = field(default_factory=dict)
+    tokens: TokenAuthority | None = None
+    """Checks Bearer tokens (HTTP) and OAUTHBEARER logins (Kafka); None accepts none."""
     sessions_by_key: dict[str, set[ClientSession]] = field(default_factory=dict)
 
 
@@ -182,6 +188,7 @@ class Gateway:
             )
             tenancy.on_change.append(lambda snapshot: self._close_revoked(services, snapshot))
             background: list[asyncio.Task[None]] = []
+            http: EmbeddedServer | None = None
             try:
                 await self._start(services, stop)
                 if stop.is_set():
@@ -195,11 +202,17 @@ class Gateway:
                     f"{listener.name} {listener.host}:{listener.port}"
                     for listener in self.listeners
                 )
+                if config.http_listen:
+                    http = await self._start_http(services, config.http_listen, background)
+                    ports += f", HTTP {config.http_listen}"
                 log.info("event=gateway_ready listeners=%s", ports.replace(" ", "_"))
                 await stop.wait()
             finally:
+                if http is not None:
+                    http.should_exit = True
                 for task in background:
-                    task.cancel()
+                    if task.get_name() != _HTTP_TASK:
+                        task.cancel()
                 for listener in self.listeners:
                     for server in listener.servers.values():
                         server.close()
@@ -208,6 +221,21 @@ class Gateway:
                 await asyncio.gather(*self._sessions, *background, return_exceptions=True)
                 cluster.close()
                 await membership.close()
+
+    async def _start_http(
+        self, services: GatewayServices, address: str, background: list[asyncio.Task[None]]
+    ) -> EmbeddedServer:
+        host, port = split_host_port(address)
+        server = embedded_server(create_app(services), host, port)
+        task = asyncio.create_task(server.serve(), name=_HTTP_TASK)
+        background.append(task)
+        while not server.started:
+            if task.done():
+                # uvicorn reports a port it cannot bind by exiting.
+                raise OSError(f"the HTTP API could not listen on {address}")
+            await asyncio.sleep(0.01)
+        log.info("event=gateway_listening listener=HTTP port=%d", port)
+        return server
 
     async def _start(self, services: GatewayServices, stop: asyncio.Event) -> None:
         """Wait for etcd and the brokers, then open the ports."""

@@ -96,6 +96,9 @@ def dev(
     etcd_port: Annotated[
         int, typer.Option(envvar="SHOAL_DEV_ETCD_PORT", help="etcd client port (peer: +1).")
     ] = 2379,
+    http_port: Annotated[
+        int, typer.Option(envvar="SHOAL_DEV_HTTP_PORT", help="The gateway's HTTP API port.")
+    ] = 8080,
 ) -> None:
     """Run etcd, three brokers and the gateway on loopback until Ctrl-C."""
     data_dir = data_dir.resolve()
@@ -109,9 +112,10 @@ def dev(
         wanted += [(port, "gateway bootstrap")]
         wanted += [(port + 1 + i, f"gateway, broker {i}") for i in range(BROKERS)]
         wanted += [(etcd_port, "etcd"), (etcd_port + 1, "etcd peer")]
+        wanted += [(http_port, "gateway HTTP API")]
         for number, what in wanted:
             _check_port_free(number, what)
-        cluster = DevCluster(data_dir, port, broker_port, etcd_port)
+        cluster = DevCluster(data_dir, port, broker_port, etcd_port, http_port)
         run_until_signalled(cluster.run)
         if cluster.failure:
             typer.echo(f"shoal dev: {cluster.failure}", err=True)
@@ -121,9 +125,12 @@ def dev(
 
 
 class DevCluster:
-    def __init__(self, data_dir: Path, port: int, broker_port: int, etcd_port: int) -> None:
+    def __init__(
+        self, data_dir: Path, port: int, broker_port: int, etcd_port: int, http_port: int
+    ) -> None:
         self.data_dir = data_dir
         self.port = port
+        self.http_port = http_port
         self.broker_port = broker_port
         self.etcd_port = etcd_port
         self.failure: str | None = None
@@ -219,6 +226,7 @@ class DevCluster:
             "shoal",
             "gateway",
             f"--listen=127.0.0.1:{self.port}",
+            f"--http-listen=127.0.0.1:{self.http_port}",
             f"--upstream={self.brokers}",
             f"--etcd={etcd_url}",
             "--gateway-id=dev",
@@ -288,6 +296,7 @@ class DevCluster:
         (self.data_dir / "dev.env").write_text(
             "# Written by `shoal dev`: source it to point the shoal CLI at this cluster.\n"
             f"export SHOAL_BOOTSTRAP={self.bootstrap}\n"
+            f"export SHOAL_HTTP=http://127.0.0.1:{self.http_port}\n"
             f"export SHOAL_BROKERS={self.brokers}\n"
             f"export SHOAL_ETCD={etcd_url}\n"
             f"export SHOAL_CLIENT_CONFIG={properties}\n"
@@ -296,6 +305,7 @@ class DevCluster:
     def _announce(self, etcd_url: str, key_id: str) -> None:
         text = (
             f"bootstrap   {self.bootstrap}  (gateway, SASL/PLAIN; 3 brokers, RF 3)\n"
+            f"http        http://127.0.0.1:{self.http_port}  (API docs at /docs)\n"
             f"tenant      {DEMO_TENANT}, key {key_id} (secret in client.properties)\n"
             f"brokers     {self.brokers}  (internal, loopback only)\n"
             f"etcd        {etcd_url}\n"

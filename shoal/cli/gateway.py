@@ -29,6 +29,9 @@ def gateway(
     tls_key: Annotated[
         str | None, typer.Option(envvar="SHOAL_TLS_KEY", help=_doc("tls_key"))
     ] = None,
+    http_listen: Annotated[
+        str | None, typer.Option(envvar="SHOAL_HTTP_LISTEN", help=_doc("http_listen"))
+    ] = None,
     advertise_host: Annotated[
         str | None, typer.Option(envvar="SHOAL_ADVERTISE_HOST", help=_doc("advertise_host"))
     ] = None,
@@ -53,6 +56,7 @@ def gateway(
         "tls_listen": tls_listen,
         "tls_cert": tls_cert,
         "tls_key": tls_key,
+        "http_listen": http_listen,
         "advertise_host": advertise_host,
         "upstream": upstream,
         "gateway_id": gateway_id,

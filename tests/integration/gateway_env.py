@@ -71,6 +71,7 @@ class GatewayProcess:
         self.env = env or {}
         self.port = free_port_block(brokers + 1)
         self.tls_port = free_port_block(brokers + 1) if tls is not None else None
+        self.http_port = free_port_block(1)
         self.gateway_id = gateway_id or f"test-{self.port}"
         directory.mkdir(parents=True, exist_ok=True)
         self.log_path = directory / f"gateway-{self.port}.log"
@@ -79,6 +80,10 @@ class GatewayProcess:
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def http_url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}"
 
     @property
     def tls_bootstrap(self) -> str:
@@ -90,6 +95,7 @@ class GatewayProcess:
             sys.executable, "-P", "-m", "shoal", "gateway",
             f"--etcd={self.etcd_url}",
             f"--listen=127.0.0.1:{self.port}",
+            f"--http-listen=127.0.0.1:{self.http_port}",
             f"--upstream={self.upstream}",
             f"--gateway-id={self.gateway_id}",
         ]  # fmt: skip
