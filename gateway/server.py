@@ -30,6 +30,7 @@ from shoal.gateway.quotas import QuotaConfig, QuotaManager
 from shoal.gateway.session import ClientSession
 from shoal.gateway.tenancy_view import StoreQuotas, TenancyView
 from shoal.gateway.upstream import UpstreamError
+from shoal.gateway.usage import UsageLedger
 from shoal.tenancy.store import TenancySnapshot, TenancyStore, TenancyStoreError
 
 from shoal.host_port import split_host_port
@@ -123,6 +124,7 @@ class GatewayServices:
     membership: GatewayMembership
     quota_store: StoreQuotas
     versions: dict[int, tuple[int, int]] = field(default_factory=dict)
+    usage: UsageLedger = field(default_factory=UsageLedger)
     tokens: TokenAuthority | None = None
     """Checks Bearer tokens (HTTP) and OAUTHBEARER logins (Kafka); None accepts none."""
     sessions_by_key: dict[str, set[ClientSession]] = field(default_factory=dict)

@@ -327,6 +327,7 @@ class ClientSession:
             throttle_ms = services.quotas.record_produce(
                 access.tenant, len(frame), produce_limit, now
             )
+            services.usage.produced(access.tenant, len(frame), throttle_ms)
             self._mute(throttle_ms)
         ctx = RequestContext(
             access=access,
@@ -394,6 +395,7 @@ class ClientSession:
                     throttle_ms = self.services.quotas.record_fetch(
                         pending.tenant, len(frame), pending.consume_limit, time.monotonic()
                     )
+                    self.services.usage.fetched(pending.tenant, len(frame), throttle_ms)
                     self._mute(throttle_ms)
                     body = _throttled(body, throttle_ms)
                 pending.slot.set_result(
