@@ -100,6 +100,8 @@ class Partition:
         self.followers: dict[NodeId, FollowerState] = {}
         self.pending_isr: tuple[NodeId, ...] | None = None
         """An ISR change written but not yet seen in the image."""
+        self.leader_high_watermark: int | None = None
+        """As a follower, the high watermark the leader last sent (DescribeLogDirs' lag)."""
         self._waiters: set[asyncio.Future[None]] = set()
 
     @property
@@ -141,6 +143,8 @@ class Partition:
         elif new_role:
             self.followers = {}
             self.pending_isr = None
+        if new_role:
+            self.leader_high_watermark = None
         if self.is_leader:
             for node in replicas:
                 if node != self.node_id:
@@ -319,6 +323,7 @@ class Partition:
         self.update_follower_high_watermark(leader_high_watermark)
 
     def update_follower_high_watermark(self, leader_high_watermark: int) -> None:
+        self.leader_high_watermark = leader_high_watermark
         new = min(leader_high_watermark, self.log.log_end_offset)
         self.log.high_watermark = max(self.log.high_watermark, new)
 

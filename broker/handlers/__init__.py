@@ -32,6 +32,7 @@ from shoal.broker.handlers.groups import (
     handle_list_groups,
     handle_sync_group,
 )
+from shoal.broker.handlers.log_dirs import handle_describe_log_dirs
 from shoal.broker.handlers.metadata import MetadataResponder, handle_describe_cluster
 from shoal.broker.handlers.offsets import handle_list_offsets, handle_offset_for_leader_epoch
 from shoal.broker.handlers.produce import handle_produce
@@ -71,6 +72,7 @@ ADD_OFFSETS_TO_TXN: Final = 25
 END_TXN: Final = 26
 TXN_OFFSET_COMMIT: Final = 28
 DESCRIBE_CONFIGS: Final = 32
+DESCRIBE_LOG_DIRS: Final = 35
 CREATE_PARTITIONS: Final = 37
 DELETE_GROUPS: Final = 42
 INCREMENTAL_ALTER_CONFIGS: Final = 44
@@ -102,6 +104,7 @@ API_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     END_TXN: (0, 3),
     TXN_OFFSET_COMMIT: (0, 3),
     DESCRIBE_CONFIGS: (1, 4),
+    DESCRIBE_LOG_DIRS: (1, 5),
     CREATE_PARTITIONS: (0, 3),
     DELETE_GROUPS: (0, 2),
     INCREMENTAL_ALTER_CONFIGS: (0, 1),
@@ -137,6 +140,7 @@ def build_handlers() -> dict[int, Handler]:
         END_TXN: handle_end_txn,
         TXN_OFFSET_COMMIT: handle_txn_offset_commit,
         DESCRIBE_CONFIGS: handle_describe_configs,
+        DESCRIBE_LOG_DIRS: handle_describe_log_dirs,
         CREATE_PARTITIONS: handle_create_partitions,
         DELETE_GROUPS: handle_delete_groups,
         INCREMENTAL_ALTER_CONFIGS: handle_incremental_alter_configs,

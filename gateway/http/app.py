@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from shoal.gateway.http import keys, usage
 from shoal.gateway.http.errors import (
     ApiError,
     ErrorBody,
@@ -20,6 +21,7 @@ from shoal.gateway.http.errors import (
     error_response,
     validation_error_handler,
 )
+from shoal.gateway.storage import StorageSurveyor
 
 if TYPE_CHECKING:
     from shoal.gateway.server import GatewayServices
@@ -45,6 +47,9 @@ def create_app(services: GatewayServices) -> FastAPI:
     app.state.services = services
     app.add_exception_handler(ApiError, api_error_handler)
     app.add_exception_handler(RequestValidationError, validation_error_handler)
+    app.state.storage = StorageSurveyor(services.cluster)
+    app.include_router(keys.router)
+    app.include_router(usage.router)
 
     @app.get("/healthz", tags=["health"], summary="The process is alive")
     async def healthz() -> dict[str, str]:

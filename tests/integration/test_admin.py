@@ -254,3 +254,49 @@ def test_partition_counts_beyond_the_broker_limit_are_a_policy_violation(
     assert error_of(admin.create_partitions([NewPartitions(name, 50_000)])[name]) == (
         KafkaError.POLICY_VIOLATION
     )
+
+
+def test_describe_log_dirs_reports_bytes_on_disk_per_partition(
+    admin: AdminClient, broker: BrokerProcess
+) -> None:
+    from kafka import KafkaAdminClient
+
+    name = new_name()
+    admin.create_topics([NewTopic(name, 2, 1)])[name].result(30)
+    confluent_produce(broker.bootstrap, name, [Rec(0, b"k", b"v" * 1000)], "none")
+    on_disk = {
+        index: sum(f.stat().st_size for f in Path(broker.data_dir, f"{name}-{index}").glob("*.log"))
+        for index in (0, 1)
+    }
+    client = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        (answer,) = client.describe_log_dirs({name: [0, 1]})
+        everything = client.describe_log_dirs()
+    finally:
+        client.close()
+    assert answer["broker"] == 0
+    (log_dir,) = answer["log_dirs"]
+    assert log_dir["error_code"] == 0
+    assert log_dir["log_dir"] == str(Path(broker.data_dir).resolve())
+    (topic,) = log_dir["topics"]
+    assert topic["name"] == name
+    sizes = {p["partition_index"]: p["partition_size"] for p in topic["partitions"]}
+    assert sizes == on_disk
+    assert sizes[0] > 1000 and sizes[1] == 0
+    assert all(p["offset_lag"] == 0 and not p["is_future_key"] for p in topic["partitions"])
+    (all_dirs,) = everything[0]["log_dirs"]
+    assert name in {t["name"] for t in all_dirs["topics"]}
+
+    # The oldest version (not flexible, no top-level error code) answers alike.
+    v1 = request_class(35, 1)
+    with RawConnection(broker.bootstrap) as conn:
+        old = conn.call(
+            v1(
+                topics=(
+                    request_class(35, 1, "DescribableLogDirTopic")(topic=name, partitions=(0,)),
+                )
+            )
+        )
+    assert [(p.partition_index, p.partition_size) for p in old.results[0].topics[0].partitions] == [
+        (0, on_disk[0])
+    ]
