@@ -45,6 +45,8 @@ def create_app(services: GatewayServices) -> FastAPI:
     app.state.services = services
     app.add_exception_handler(ApiError, api_error_handler)
     app.add_exception_handler(RequestValidationError, validation_error_handler)
+    if services.tracing is not None:
+        services.tracing.instrument(app)
 
     @app.get("/healthz", tags=["health"], summary="The process is alive")
     async def healthz() -> dict[str, str]:
