@@ -28,6 +28,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from typing import Final
 
+from opentelemetry.sdk.trace import TracerProvider
 from shoal.broker.cluster.cache import MetadataCache
 from shoal.broker.cluster.etcd_store import EtcdMetadataStore
 from shoal.broker.cluster.model import BrokerRegistration, ClusterImage, NodeId, TopicName
@@ -44,6 +45,7 @@ from shoal.broker.replica_manager import ReplicaManager
 from shoal.broker.replication.fetcher import FetcherSettings
 from shoal.broker.server.connection import KafkaConnection
 from shoal.broker.server.dispatcher import Dispatcher
+from shoal.broker.server.tracing import BrokerTracing
 from shoal.broker.topic_admin import TopicAdmin
 
 log = logging.getLogger(__name__)
@@ -76,8 +78,9 @@ async def _connect(store: EtcdMetadataStore) -> None:
 
 
 class Broker:
-    def __init__(self, config: BrokerConfig) -> None:
+    def __init__(self, config: BrokerConfig, tracing: TracerProvider | None = None) -> None:
         self.config = config
+        self.tracing = None if tracing is None else BrokerTracing(tracing)
         self.node_id = NodeId(config.node_id)
         self._connections: set[KafkaConnection] = set()
 
@@ -178,7 +181,7 @@ class Broker:
     ) -> None:
         config = self.config
         cache = services.cache
-        dispatcher = Dispatcher(services, build_handlers(), API_VERSIONS)
+        dispatcher = Dispatcher(services, build_handlers(), API_VERSIONS, self.tracing)
         loop = asyncio.get_running_loop()
 
         def connection() -> KafkaConnection:

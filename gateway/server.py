@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from opentelemetry.sdk.trace import TracerProvider
 from shoal.gateway.apis import GATEWAY_ONLY, REWRITERS
 from shoal.gateway.cluster_view import ClusterView
 from shoal.gateway.config import GatewayConfig
@@ -29,6 +30,7 @@ from shoal.gateway.membership import GatewayMembership
 from shoal.gateway.quotas import QuotaConfig, QuotaManager
 from shoal.gateway.session import ClientSession
 from shoal.gateway.tenancy_view import StoreQuotas, TenancyView
+from shoal.gateway.tracing import GatewayTracing
 from shoal.gateway.upstream import UpstreamError
 from shoal.gateway.usage import UsageLedger
 from shoal.tenancy.store import TenancySnapshot, TenancyStore, TenancyStoreError
@@ -128,6 +130,8 @@ class GatewayServices:
     tokens: TokenAuthority | None = None
     """Checks Bearer tokens (HTTP) and OAUTHBEARER logins (Kafka); None accepts none."""
     sessions_by_key: dict[str, set[ClientSession]] = field(default_factory=dict)
+    tracing: GatewayTracing | None = None
+    """Spans per request (shoal.tracing); None when tracing is not configured."""
 
 
 def _advertised(host: str, configured: str | None) -> str:
@@ -147,8 +151,9 @@ def _tls_context(config: GatewayConfig) -> ssl.SSLContext:
 
 
 class Gateway:
-    def __init__(self, config: GatewayConfig) -> None:
+    def __init__(self, config: GatewayConfig, tracing: TracerProvider | None = None) -> None:
         self.config = config
+        self.tracing = None if tracing is None else GatewayTracing(tracing)
         self.listeners: list[Listener] = []
         if config.listen:
             host, port = split_host_port(config.listen)
@@ -187,6 +192,7 @@ class Gateway:
                 ),
                 membership=membership,
                 quota_store=StoreQuotas(tenancy),
+                tracing=self.tracing,
             )
             tenancy.on_change.append(lambda snapshot: self._close_revoked(services, snapshot))
             background: list[asyncio.Task[None]] = []

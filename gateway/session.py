@@ -44,6 +44,7 @@ from shoal.gateway.apis import (
 from shoal.gateway.apis.base import Answer, RefusedRequestError, RequestContext
 from shoal.gateway.cluster_view import BrokerAddress
 from shoal.gateway.sasl import MECHANISMS, PLAIN, SaslError, parse_plain
+from shoal.gateway.tracing import RequestTrace
 from shoal.gateway.upstream import BrokerConnection, UpstreamError
 
 from shoal.wire import (
@@ -58,6 +59,7 @@ from shoal.wire import (
     encode_response,
     schema,
 )
+from shoal.wire.trace_context import forwarded_client_id
 
 if TYPE_CHECKING:
     from shoal.gateway.server import GatewayServices, Listener
@@ -86,6 +88,7 @@ class _Pending:
     finish: Callable[[Any], Any]
     tenant: str
     consume_limit: float | None
+    trace: RequestTrace | None = None
 
 
 class ClientSession:
@@ -155,6 +158,8 @@ class ClientSession:
             self._upstream_reader.cancel()
         for pending in self._pending:
             pending.slot.cancel()
+            if pending.trace is not None:
+                pending.trace.abandon("connection closed before the answer")
         with contextlib.suppress(asyncio.QueueFull):
             self._slots.put_nowait(None)
         with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError, Exception):
@@ -318,6 +323,8 @@ class ClientSession:
         access = services.tenancy.access(self.key_id)
         if access is None:
             raise _ClosedError("the key was revoked or its tenant deleted")
+        tracing = services.tracing
+        trace = None if tracing is None else tracing.request(header, api, access.tenant)
         gateways = services.membership.count
         now = time.monotonic()
         throttle_ms = 0
@@ -337,20 +344,32 @@ class ClientSession:
             fetch_cap=services.quotas.fetch_cap(consume_limit),
         )
         _, rewrite = REWRITERS[header.api_key]
-        step = await rewrite(ctx, body)
+        try:
+            step = await rewrite(ctx, body)
+        except RefusedRequestError as exc:
+            if trace is not None:
+                trace.abandon(str(exc))
+            raise
         if isinstance(step, Answer):
+            if trace is not None:
+                trace.end(step.response)
             await self._answer(header, api, _throttled(step.response, throttle_ms))
             return
         upstream = await self._upstream_connection()
-        upstream.send(
-            encode_request(api, header.correlation_id, header.client_id or "", step.request)
+        client_id = forwarded_client_id(
+            header.client_id or "", None if trace is None else trace.forwarding()
         )
+        upstream.send(encode_request(api, header.correlation_id, client_id, step.request))
+        if trace is not None and not step.expects_response:
+            trace.end(None)
         if step.expects_response:
             slot: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
             finish = step.finish
             if throttle_ms:
                 finish = _then_throttle(finish, throttle_ms)
-            self._pending.append(_Pending(slot, header, api, finish, access.tenant, consume_limit))
+            self._pending.append(
+                _Pending(slot, header, api, finish, access.tenant, consume_limit, trace)
+            )
             await self._slots.put(slot)
         await upstream.drain()
 
@@ -390,6 +409,8 @@ class ClientSession:
                 correlation_id, body = decode_response(pending.api, frame)
                 if correlation_id != pending.header.correlation_id:
                     raise UpstreamError("broker answered out of order")
+                if pending.trace is not None:
+                    pending.trace.answered(body)
                 body = pending.finish(body)
                 if pending.header.api_key == FETCH:
                     throttle_ms = self.services.quotas.record_fetch(
@@ -401,6 +422,8 @@ class ClientSession:
                 pending.slot.set_result(
                     b"".join(encode_response(pending.header, pending.api, body))  # type: ignore[arg-type]
                 )
+                if pending.trace is not None:
+                    pending.trace.end(body)
         except (UpstreamError, WireError) as exc:
             log.info("event=gateway_upstream_lost peer=%s error=%s", self.peer, exc)
             self.close()

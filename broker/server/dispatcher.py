@@ -22,6 +22,7 @@ from shoal.broker.handlers.base import (
     Spliced,
 )
 from shoal.broker.server.connection import CloseConnectionError, ConnectionInfo
+from shoal.broker.server.tracing import BrokerTracing
 
 from shoal.wire import (
     Chunk,
@@ -45,14 +46,16 @@ class Dispatcher:
         services: BrokerServices,
         handlers: Mapping[int, Handler],
         versions: Mapping[int, tuple[int, int]],
+        tracing: BrokerTracing | None = None,
     ) -> None:
         self.services = services
         self.handlers = handlers
         self.versions = dict(versions)
+        self.tracing = tracing
 
     async def __call__(self, frame: bytes | bytearray, info: ConnectionInfo) -> list[Chunk] | None:
         try:
-            header, api, body = decode_request(frame, self.versions)
+            header, api, body = decode_request(frame, self.versions, trace_context=True)
         except UnsupportedVersionError as exc:
             if exc.header.api_key == API_VERSIONS_KEY:
                 return self._unsupported_api_versions(exc.header)
@@ -61,7 +64,10 @@ class Dispatcher:
             raise CloseConnectionError(str(exc)) from exc
         ctx = RequestContext(header, api, info)
         started = time.monotonic()
-        result = await self.handlers[header.api_key](self.services, ctx, body)
+        handling = self.handlers[header.api_key](self.services, ctx, body)
+        if self.tracing is not None:
+            handling = self.tracing.traced(header, api, handling)
+        result = await handling
         elapsed = time.monotonic() - started
         if elapsed > _SLOW_REQUEST_S and header.api_key != 1:
             log.info(

@@ -50,6 +50,8 @@ def create_app(services: GatewayServices) -> FastAPI:
     app.state.storage = StorageSurveyor(services.cluster)
     app.include_router(keys.router)
     app.include_router(usage.router)
+    if services.tracing is not None:
+        services.tracing.instrument(app)
 
     @app.get("/healthz", tags=["health"], summary="The process is alive")
     async def healthz() -> dict[str, str]:

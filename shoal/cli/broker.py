@@ -15,6 +15,7 @@ from shoal.broker.log.manager import DataDirError
 from shoal.cli.running import run_until_signalled
 from shoal.locking import DirectoryLockedError
 from shoal.logs import configure_logging
+from shoal.tracing import BROKER_SERVICE, tracer_provider
 
 
 def _doc(field: str) -> str:
@@ -65,7 +66,8 @@ def broker(
         raise typer.BadParameter(str(exc)) from exc
     configure_logging(config.log_level, config.log_format)
     try:
-        run_until_signalled(Broker(config).run)
+        tracing = tracer_provider(BROKER_SERVICE, str(config.node_id))
+        run_until_signalled(Broker(config, tracing).run)
     except (DirectoryLockedError, DataDirError, StoreError) as exc:
         typer.echo(f"shoal broker: {exc}", err=True)
         raise typer.Exit(1) from exc

@@ -11,6 +11,7 @@ from shoal.cli.running import run_until_signalled
 from shoal.gateway.config import GatewayConfig
 from shoal.gateway.server import Gateway
 from shoal.logs import configure_logging
+from shoal.tracing import GATEWAY_SERVICE, tracer_provider
 
 
 def _doc(field: str) -> str:
@@ -68,4 +69,5 @@ def gateway(
     except ValidationError as exc:
         raise typer.BadParameter(str(exc)) from exc
     configure_logging(config.log_level, config.log_format)
-    run_until_signalled(Gateway(config).run)
+    tracing = tracer_provider(GATEWAY_SERVICE, config.gateway_id)
+    run_until_signalled(Gateway(config, tracing).run)

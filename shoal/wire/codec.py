@@ -32,6 +32,7 @@ from kio.static.constants import EntityType
 
 from shoal.wire.guard import GuardError, check_request
 from shoal.wire.splice import Chunk, RecordsSplicer, chunk_size
+from shoal.wire.trace_context import split_client_id
 
 _REQUEST_PREFIX = struct.Struct(">hhi")
 _INT32 = struct.Struct(">i")
@@ -63,6 +64,8 @@ class RequestHeader:
     api_version: int
     correlation_id: int
     client_id: str | None
+    traceparent: str | None = None
+    """The gateway's W3C trace context for this request (brokers only; see trace_context)."""
 
 
 class ApiSchema:
@@ -76,6 +79,8 @@ class ApiSchema:
         self.request_class: type[Any] = _payload_class(self._request_module, EntityType.request)
         self.response_class: type[Any] = _payload_class(self._response_module, EntityType.response)
         self.flexible: bool = self.request_class.__flexible__
+        self.name: str = self.request_class.__name__.removesuffix("Request")
+        """Kafka's name of the API (``Produce``, ``JoinGroup``)."""
         self._read_request = entity_reader(self.request_class)
         self._write_response = entity_writer(self.response_class)
         self._request_header_reader = entity_reader(self.request_class.__header_schema__)
@@ -162,7 +167,10 @@ def peek_header(frame: bytes | bytearray | memoryview) -> RequestHeader:
 
 
 def decode_request(
-    frame: bytes | bytearray | memoryview, supported: dict[int, tuple[int, int]]
+    frame: bytes | bytearray | memoryview,
+    supported: dict[int, tuple[int, int]],
+    *,
+    trace_context: bool = False,
 ) -> tuple[RequestHeader, ApiSchema, Any]:
     """Decode one request frame (without its size prefix).
 
@@ -171,6 +179,10 @@ def decode_request(
     (ApiVersions answers the latter with an error response; any other API
     closes the connection, as Kafka does). Bytes that do not parse raise
     MalformedRequestError.
+
+    With ``trace_context`` (the broker's decoder), a gateway's trace context is
+    taken off the end of ``client_id`` into ``traceparent``
+    (:mod:`shoal.wire.trace_context`), so nothing downstream sees it.
     """
     # kio's reader refuses writable buffers, and large frames arrive as the
     # FrameReader's own bytearray; a read-only view of it costs no copy.
@@ -200,8 +212,11 @@ def decode_request(
         raise MalformedRequestError(
             f"API key {prefix.api_key} v{prefix.api_version} does not decode: {exc!r}"
         ) from exc
+    client_id, traceparent = (
+        split_client_id(kio_header.client_id) if trace_context else (kio_header.client_id, None)
+    )
     header = RequestHeader(
-        prefix.api_key, prefix.api_version, prefix.correlation_id, kio_header.client_id
+        prefix.api_key, prefix.api_version, prefix.correlation_id, client_id, traceparent
     )
     return header, api, body
 
