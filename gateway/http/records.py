@@ -263,7 +263,7 @@ class RecordsController:
         records: list[ReadRecord] = []
         next_offset = start
         try:
-            for record, batch_end in _records(data.records or b"", start):
+            for record, batch_end in fetched_records(data.records or b"", start):
                 if record is None:
                     next_offset = max(next_offset, batch_end)
                     continue
@@ -308,7 +308,7 @@ class _Decoded:
     headers: tuple[tuple[str, bytes | None], ...]
 
 
-def _records(buf: bytes, start: int) -> Iterator[tuple[_Decoded | None, int]]:
+def fetched_records(buf: bytes, start: int) -> Iterator[tuple[_Decoded | None, int]]:
     """(record, end offset of its batch) from a fetched partition, from ``start``.
 
     After each whole batch comes (None, its next offset), so a caller that
@@ -374,7 +374,7 @@ def _datetime(ms: int) -> datetime:
     return datetime.fromtimestamp(ms / 1000, tz=UTC)
 
 
-def is_single_object(body: bytes) -> ProduceRecord | ProduceResult | None:
+def single_record(body: bytes) -> ProduceRecord | ProduceResult | None:
     """The record when the whole body is one JSON object; None when it is several."""
     try:
         parsed = json.loads(body)

@@ -59,7 +59,7 @@ from shoal.gateway.http.models import (
     TopicList,
     UpdateTopic,
 )
-from shoal.gateway.http.records import OK, RecordsController, is_single_object
+from shoal.gateway.http.records import OK, RecordsController, single_record
 from shoal.gateway.http.topics import TopicsController
 from shoal.gateway.tenant_client import KafkaCallError, QuotaExceededError, TenantClient
 from shoal.gateway.upstream import UpstreamError
@@ -294,7 +294,7 @@ async def produce(
     body = await request.body()
     if not body.strip():
         raise ApiError(ErrorCode.INVALID_INPUT, "the body holds no record")
-    single = is_single_object(body)
+    single = single_record(body)
     if single is None:
         return _BodyStillOpen(controller.produce_stream(_once(body)), media_type=NDJSON)
     [result] = await controller.produce([single])
