@@ -234,7 +234,8 @@ class Gateway:
         self, services: GatewayServices, address: str, background: list[asyncio.Task[None]]
     ) -> EmbeddedServer:
         host, port = split_host_port(address)
-        server = embedded_server(create_app(services), host, port)
+        # HTTP callers act through the rewriters like clients of the first listener.
+        server = embedded_server(create_app(services, self.listeners[0].lookups), host, port)
         task = asyncio.create_task(server.serve(), name=_HTTP_TASK)
         background.append(task)
         while not server.started:

@@ -12,16 +12,20 @@ from typing import TYPE_CHECKING, Any
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from shoal.gateway.http import keys, usage
+from shoal.gateway.apis.base import Lookups
+from shoal.gateway.http import keys, routes, usage
 from shoal.gateway.http.errors import (
     ApiError,
     ErrorBody,
     ErrorCode,
     api_error_handler,
     error_response,
+    http_error_handler,
     validation_error_handler,
 )
 from shoal.gateway.storage import StorageSurveyor
+from shoal.gateway.tenant_client import BrokerPool
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 if TYPE_CHECKING:
     from shoal.gateway.server import GatewayServices
@@ -35,7 +39,9 @@ JWT from `/oauth2/token`. Names are the tenant's own; errors are JSON
 """
 
 
-def create_app(services: GatewayServices) -> FastAPI:
+def create_app(services: GatewayServices, lookups: Lookups | None = None) -> FastAPI:
+    """The application; ``lookups`` are the rewriters' (a listener's), needed by the
+    Kafka-backed routes, which answer 503 without them."""
     app = FastAPI(
         title="Shoal gateway",
         version="3",
@@ -47,7 +53,13 @@ def create_app(services: GatewayServices) -> FastAPI:
     app.state.services = services
     app.add_exception_handler(ApiError, api_error_handler)
     app.add_exception_handler(RequestValidationError, validation_error_handler)
+    app.add_exception_handler(StarletteHTTPException, http_error_handler)
+    app.state.lookups = lookups
+    app.state.broker_pool = BrokerPool()
     app.state.storage = StorageSurveyor(services.cluster)
+    for exception, handler in routes.EXCEPTION_HANDLERS.items():
+        app.add_exception_handler(exception, handler)
+    app.include_router(routes.router)
     app.include_router(keys.router)
     app.include_router(usage.router)
     if services.tracing is not None:
