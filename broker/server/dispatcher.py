@@ -21,6 +21,7 @@ from shoal.broker.handlers.base import (
     RequestContext,
     Spliced,
 )
+from shoal.broker.metrics import RequestMetrics
 from shoal.broker.server.connection import CloseConnectionError, ConnectionInfo
 
 from shoal.wire import (
@@ -45,10 +46,12 @@ class Dispatcher:
         services: BrokerServices,
         handlers: Mapping[int, Handler],
         versions: Mapping[int, tuple[int, int]],
+        metrics: RequestMetrics | None = None,
     ) -> None:
         self.services = services
         self.handlers = handlers
         self.versions = dict(versions)
+        self.metrics = metrics or RequestMetrics()
 
     async def __call__(self, frame: bytes | bytearray, info: ConnectionInfo) -> list[Chunk] | None:
         try:
@@ -63,6 +66,7 @@ class Dispatcher:
         started = time.monotonic()
         result = await self.handlers[header.api_key](self.services, ctx, body)
         elapsed = time.monotonic() - started
+        self.metrics.observe(api, elapsed, result.body if isinstance(result, Spliced) else result)
         if elapsed > _SLOW_REQUEST_S and header.api_key != 1:
             log.info(
                 "event=slow_request api_key=%d version=%d client_id=%s seconds=%.3f",
