@@ -221,6 +221,7 @@ class ClientSession:
                     # Kafka header, and success is answered with an empty frame.
                     key_id = await self._check_credentials(await self._read_frame())
                     if key_id is None:
+                        self.services.metrics.authentication_failed("kafka")
                         await asyncio.sleep(_FAILED_AUTH_DELAY_S)
                         raise _ClosedError("authentication failed")
                     self.key_id = key_id
@@ -234,6 +235,7 @@ class ClientSession:
             else:
                 key_id = await self._check_credentials(body.auth_bytes)
                 if key_id is None:
+                    self.services.metrics.authentication_failed("kafka")
                     await asyncio.sleep(_FAILED_AUTH_DELAY_S)
                     await self._answer(
                         header,
@@ -339,15 +341,16 @@ class ClientSession:
         _, rewrite = REWRITERS[header.api_key]
         step = await rewrite(ctx, body)
         if isinstance(step, Answer):
+            services.metrics.answered(access.tenant, api, now, step.response)
             await self._answer(header, api, _throttled(step.response, throttle_ms))
             return
+        finish = services.metrics.observing(access.tenant, api, now, step.finish)
         upstream = await self._upstream_connection()
         upstream.send(
             encode_request(api, header.correlation_id, header.client_id or "", step.request)
         )
         if step.expects_response:
             slot: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
-            finish = step.finish
             if throttle_ms:
                 finish = _then_throttle(finish, throttle_ms)
             self._pending.append(_Pending(slot, header, api, finish, access.tenant, consume_limit))
