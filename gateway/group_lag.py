@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
@@ -137,12 +138,16 @@ class LagReader:
         self._admin = AdminClient(
             {"bootstrap.servers": bootstrap, "client.id": "shoal-gateway-group-lag"}
         )
+        self.closed = threading.Event()
+        """Set when the gateway stops: a read under way gives up at the next group."""
 
     def read(self) -> tuple[dict[str, dict[Partition, int]], dict[Partition, int]]:
         listed = self._admin.list_consumer_groups(request_timeout=_REQUEST_TIMEOUT_S)
         groups = [g.group_id for g in listed.result(_REQUEST_TIMEOUT_S).valid]
         committed: dict[str, dict[Partition, int]] = {}
         for group in groups:
+            if self.closed.is_set():
+                break
             # librdkafka asks one group per call.
             future = self._admin.list_consumer_group_offsets(
                 [ConsumerGroupTopicPartitions(group)], request_timeout=_REQUEST_TIMEOUT_S
@@ -180,13 +185,17 @@ async def poll_group_lag(services: GatewayServices) -> None:
         return
     reader = LagReader(config.upstream)
     report = services.metrics.group_lag
-    while True:
-        try:
-            committed, ends = await asyncio.to_thread(reader.read)
-        except KafkaException as exc:
-            log.warning("event=group_lag_failed error=%s", exc)
-        else:
+    try:
+        while True:
+            # Sleep first: a gateway that just started has groups to serve before lag to report.
+            await asyncio.sleep(config.group_lag_interval_s)
+            try:
+                committed, ends = await asyncio.to_thread(reader.read)
+            except KafkaException as exc:
+                log.warning("event=group_lag_failed error=%s", exc)
+                continue
             report.snapshot = summarize(
                 committed, ends, services.tenancy.snapshot.tenants, config.group_lag_max_groups
             )
-        await asyncio.sleep(config.group_lag_interval_s)
+    finally:
+        reader.closed.set()
