@@ -40,6 +40,7 @@ from shoal.broker.coordinator.coordinator import GroupCoordinator
 from shoal.broker.handlers import API_VERSIONS, build_handlers
 from shoal.broker.handlers.base import BrokerServices
 from shoal.broker.log.manager import LogManager, LogManagerSettings
+from shoal.broker.metrics import BrokerCollector, RequestMetrics, broker_registry, serve_metrics
 from shoal.broker.producer_ids import ProducerIdManager
 from shoal.broker.replica_manager import ReplicaManager
 from shoal.broker.replication.fetcher import FetcherSettings
@@ -47,6 +48,8 @@ from shoal.broker.server.connection import KafkaConnection
 from shoal.broker.server.dispatcher import Dispatcher
 from shoal.broker.server.tracing import BrokerTracing
 from shoal.broker.topic_admin import TopicAdmin
+
+from shoal.host_port import split_host_port
 
 log = logging.getLogger(__name__)
 
@@ -181,7 +184,10 @@ class Broker:
     ) -> None:
         config = self.config
         cache = services.cache
-        dispatcher = Dispatcher(services, build_handlers(), API_VERSIONS, self.tracing)
+        requests = RequestMetrics()
+        dispatcher = Dispatcher(
+            services, build_handlers(), API_VERSIONS, metrics=requests, tracing=self.tracing
+        )
         loop = asyncio.get_running_loop()
 
         def connection() -> KafkaConnection:
@@ -192,6 +198,7 @@ class Broker:
 
         host, port = config.listen_address
         server = await loop.create_server(connection, host, port, reuse_address=True, backlog=1024)
+        metrics = await self._serve_metrics(services, requests)
         bound_port = server.sockets[0].getsockname()[1]
         advertised_host, advertised_port = config.advertised_address
         if advertised_port == 0 or (config.advertise is None and port == 0):
@@ -221,10 +228,27 @@ class Broker:
             await controller.stop()
             await store.deregister_broker()
             server.close()
+            if metrics is not None:
+                metrics.close()
             for conn in list(self._connections):
                 conn.close()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(server.wait_closed(), 5)
+
+    async def _serve_metrics(
+        self, services: BrokerServices, requests: RequestMetrics
+    ) -> asyncio.Server | None:
+        if not self.config.metrics_listen:
+            return None
+        collector = BrokerCollector(
+            self.node_id,
+            services.replicas,
+            services.cache,
+            requests,
+            lambda: len(self._connections),
+        )
+        host, port = split_host_port(self.config.metrics_listen)
+        return await serve_metrics(broker_registry(collector), host, port)
 
     async def _controlled_shutdown(
         self, store: EtcdMetadataStore, cache: MetadataCache, registration: BrokerRegistration

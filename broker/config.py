@@ -39,6 +39,10 @@ class BrokerConfig(BaseSettings):
         description="etcd endpoint, optionally with a chroot path: http://host:2379/shoal.",
     )
     rack: str | None = Field(None, description="Rack or zone of this broker (broker.rack).")
+    metrics_listen: str | None = Field(
+        None,
+        description="HOST:PORT where Prometheus scrapes /metrics; none by default.",
+    )
     log_level: str = Field("INFO", description="Logging level.")
     log_format: str = Field("text", description="Log line format: text (key=value) or json.")
     socket_request_max_bytes: int = Field(
@@ -179,7 +183,7 @@ class BrokerConfig(BaseSettings):
     def _topic_defaults(cls, value: dict[str, str]) -> dict[str, str]:
         return validate_broker_defaults(value)
 
-    @field_validator("listen", "advertise")
+    @field_validator("listen", "advertise", "metrics_listen")
     @classmethod
     def _host_port(cls, value: str | None) -> str | None:
         if value is not None:

@@ -73,6 +73,12 @@ class GatewayConfig(BaseSettings):
     socket_request_max_bytes: int = Field(
         104857600, ge=1024, description="Largest request accepted (socket.request.max.bytes)."
     )
+    group_lag_interval_s: float = Field(
+        30.0, ge=0, description="How often consumer group lag is measured for /metrics; 0: never."
+    )
+    group_lag_max_groups: int = Field(
+        100, ge=1, description="Groups per tenant whose lag /metrics names (the largest lags)."
+    )
     log_level: str = Field("INFO", description="Logging level.")
     log_format: str = Field("text", description="Log line format: text (key=value) or json.")
 

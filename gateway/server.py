@@ -23,10 +23,12 @@ from opentelemetry.sdk.trace import TracerProvider
 from shoal.gateway.apis import GATEWAY_ONLY, REWRITERS
 from shoal.gateway.cluster_view import ClusterView
 from shoal.gateway.config import GatewayConfig
+from shoal.gateway.group_lag import poll_group_lag
 from shoal.gateway.http.app import create_app
 from shoal.gateway.http.auth import TokenAuthority
 from shoal.gateway.http.serving import EmbeddedServer, embedded_server
 from shoal.gateway.membership import GatewayMembership
+from shoal.gateway.metrics import GatewayMetrics
 from shoal.gateway.quotas import QuotaConfig, QuotaManager
 from shoal.gateway.session import ClientSession
 from shoal.gateway.tenancy_view import StoreQuotas, TenancyView
@@ -127,6 +129,7 @@ class GatewayServices:
     quota_store: StoreQuotas
     versions: dict[int, tuple[int, int]] = field(default_factory=dict)
     usage: UsageLedger = field(default_factory=UsageLedger)
+    metrics: GatewayMetrics = field(default_factory=GatewayMetrics)
     tokens: TokenAuthority | None = None
     """Checks Bearer tokens (HTTP) and OAUTHBEARER logins (Kafka); None accepts none."""
     sessions_by_key: dict[str, set[ClientSession]] = field(default_factory=dict)
@@ -205,6 +208,7 @@ class Gateway:
                     asyncio.create_task(tenancy.poll()),
                     asyncio.create_task(membership.keep_alive()),
                     asyncio.create_task(self._refresh_brokers(services)),
+                    asyncio.create_task(poll_group_lag(services)),
                 ]
                 ports = ", ".join(
                     f"{listener.name} {listener.host}:{listener.port}"

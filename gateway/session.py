@@ -226,6 +226,7 @@ class ClientSession:
                     # Kafka header, and success is answered with an empty frame.
                     key_id = await self._check_credentials(await self._read_frame())
                     if key_id is None:
+                        self.services.metrics.authentication_failed("kafka")
                         await asyncio.sleep(_FAILED_AUTH_DELAY_S)
                         raise _ClosedError("authentication failed")
                     self.key_id = key_id
@@ -239,6 +240,7 @@ class ClientSession:
             else:
                 key_id = await self._check_credentials(body.auth_bytes)
                 if key_id is None:
+                    self.services.metrics.authentication_failed("kafka")
                     await asyncio.sleep(_FAILED_AUTH_DELAY_S)
                     await self._answer(
                         header,
@@ -353,8 +355,10 @@ class ClientSession:
         if isinstance(step, Answer):
             if trace is not None:
                 trace.end(step.response)
+            services.metrics.answered(access.tenant, api, now, step.response)
             await self._answer(header, api, _throttled(step.response, throttle_ms))
             return
+        finish = services.metrics.observing(access.tenant, api, now, step.finish)
         upstream = await self._upstream_connection()
         client_id = forwarded_client_id(
             header.client_id or "", None if trace is None else trace.forwarding()
@@ -364,7 +368,6 @@ class ClientSession:
             trace.end(None)
         if step.expects_response:
             slot: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
-            finish = step.finish
             if throttle_ms:
                 finish = _then_throttle(finish, throttle_ms)
             self._pending.append(

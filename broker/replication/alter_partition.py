@@ -55,6 +55,8 @@ class AlterPartitionSender:
         self._link = PeerLink(f"shoal-broker-{node_id}")
         self._task: asyncio.Task[None] | None = None
         self._closed = False
+        self.applied: dict[str, int] = {}
+        """ISR changes the controller accepted, by reason: isr_shrink, isr_expand."""
 
     def submit(self, partition: Partition, state: PartitionState, reason: str) -> None:
         partition.pending_isr = state.isr
@@ -138,6 +140,7 @@ class AlterPartitionSender:
                 answered.add((proposal.partition.topic, proposal.partition.index))
                 partition = proposal.partition
                 if result.error_code is ErrorCode.none:
+                    self.applied[proposal.reason] = self.applied.get(proposal.reason, 0) + 1
                     log.info(
                         "event=%s topic=%s partition=%d new_isr=%s partition_epoch=%d",
                         proposal.reason,

@@ -21,6 +21,7 @@ from shoal.broker.handlers.base import (
     RequestContext,
     Spliced,
 )
+from shoal.broker.metrics import RequestMetrics
 from shoal.broker.server.connection import CloseConnectionError, ConnectionInfo
 from shoal.broker.server.tracing import BrokerTracing
 
@@ -47,10 +48,12 @@ class Dispatcher:
         handlers: Mapping[int, Handler],
         versions: Mapping[int, tuple[int, int]],
         tracing: BrokerTracing | None = None,
+        metrics: RequestMetrics | None = None,
     ) -> None:
         self.services = services
         self.handlers = handlers
         self.versions = dict(versions)
+        self.metrics = metrics or RequestMetrics()
         self.tracing = tracing
 
     async def __call__(self, frame: bytes | bytearray, info: ConnectionInfo) -> list[Chunk] | None:
@@ -69,6 +72,7 @@ class Dispatcher:
             handling = self.tracing.traced(header, api, handling)
         result = await handling
         elapsed = time.monotonic() - started
+        self.metrics.observe(api, elapsed, result.body if isinstance(result, Spliced) else result)
         if elapsed > _SLOW_REQUEST_S and header.api_key != 1:
             log.info(
                 "event=slow_request api_key=%d version=%d client_id=%s seconds=%.3f",

@@ -23,6 +23,7 @@ from shoal.gateway.http.errors import (
     http_error_handler,
     validation_error_handler,
 )
+from shoal.gateway.metrics import install_metrics
 from shoal.gateway.storage import StorageSurveyor
 from shoal.gateway.tenant_client import BrokerPool
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -64,6 +65,7 @@ def create_app(services: GatewayServices, lookups: Lookups | None = None) -> Fas
     app.include_router(usage.router)
     if services.tracing is not None:
         services.tracing.instrument(app)
+    install_metrics(app, services)
 
     @app.get("/healthz", tags=["health"], summary="The process is alive")
     async def healthz() -> dict[str, str]:

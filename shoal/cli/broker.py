@@ -35,6 +35,9 @@ def broker(
     ] = None,
     etcd: Annotated[str | None, typer.Option(envvar="SHOAL_ETCD", help=_doc("etcd"))] = None,
     rack: Annotated[str | None, typer.Option(envvar="SHOAL_RACK", help=_doc("rack"))] = None,
+    metrics_listen: Annotated[
+        str | None, typer.Option(envvar="SHOAL_METRICS_LISTEN", help=_doc("metrics_listen"))
+    ] = None,
     topic_default: Annotated[
         list[str] | None,
         typer.Option(help=_doc("topic_defaults") + " Given as KEY=VALUE."),
@@ -55,6 +58,7 @@ def broker(
         "advertise": advertise,
         "etcd": etcd,
         "rack": rack,
+        "metrics_listen": metrics_listen,
         "log_level": log_level,
         "log_format": log_format,
     }

@@ -99,6 +99,14 @@ def dev(
     http_port: Annotated[
         int, typer.Option(envvar="SHOAL_DEV_HTTP_PORT", help="The gateway's HTTP API port.")
     ] = 8080,
+    metrics_port: Annotated[
+        int,
+        typer.Option(
+            envvar="SHOAL_DEV_METRICS_PORT",
+            help="Broker 0's Prometheus /metrics port; brokers 1 and 2 take the next two"
+            " (the gateway's /metrics is on its HTTP port).",
+        ),
+    ] = 19192,
 ) -> None:
     """Run etcd, three brokers and the gateway on loopback until Ctrl-C."""
     data_dir = data_dir.resolve()
@@ -113,9 +121,10 @@ def dev(
         wanted += [(port + 1 + i, f"gateway, broker {i}") for i in range(BROKERS)]
         wanted += [(etcd_port, "etcd"), (etcd_port + 1, "etcd peer")]
         wanted += [(http_port, "gateway HTTP API")]
+        wanted += [(metrics_port + i, f"broker {i} metrics") for i in range(BROKERS)]
         for number, what in wanted:
             _check_port_free(number, what)
-        cluster = DevCluster(data_dir, port, broker_port, etcd_port, http_port)
+        cluster = DevCluster(data_dir, port, broker_port, etcd_port, http_port, metrics_port)
         run_until_signalled(cluster.run)
         if cluster.failure:
             typer.echo(f"shoal dev: {cluster.failure}", err=True)
@@ -126,9 +135,16 @@ def dev(
 
 class DevCluster:
     def __init__(
-        self, data_dir: Path, port: int, broker_port: int, etcd_port: int, http_port: int
+        self,
+        data_dir: Path,
+        port: int,
+        broker_port: int,
+        etcd_port: int,
+        http_port: int,
+        metrics_port: int,
     ) -> None:
         self.data_dir = data_dir
+        self.metrics_port = metrics_port
         self.port = port
         self.http_port = http_port
         self.broker_port = broker_port
@@ -210,6 +226,7 @@ class DevCluster:
             f"--node-id={node}",
             f"--data-dir={self.data_dir / f'broker-{node}'}",
             f"--listen=127.0.0.1:{self.broker_port + node}",
+            f"--metrics-listen=127.0.0.1:{self.metrics_port + node}",
             f"--etcd={etcd_url}",
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
@@ -308,6 +325,9 @@ class DevCluster:
             f"http        http://127.0.0.1:{self.http_port}  (API docs at /docs)\n"
             f"tenant      {DEMO_TENANT}, key {key_id} (secret in client.properties)\n"
             f"brokers     {self.brokers}  (internal, loopback only)\n"
+            f"metrics     http://127.0.0.1:{self.http_port}/metrics (gateway),"
+            f" http://127.0.0.1:{self.metrics_port}-{self.metrics_port + BROKERS - 1}/metrics"
+            " (brokers)\n"
             f"etcd        {etcd_url}\n"
             f"data        {self.data_dir}\n"
             f"client      {self.data_dir / 'client.properties'}\n"

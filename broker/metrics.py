@@ -1,0 +1,220 @@
+"""The broker's Prometheus metrics, served at ``/metrics`` on ``--metrics-listen``.
+
+Gauges are computed at scrape time from the broker's own state (the
+partitions it hosts, the cluster image), not kept up to date on the hot
+path: a scrape every 15-30 s costs one pass over the hosted partitions,
+while a produce costs nothing extra. Only what happens per request (count,
+latency, error codes: :class:`RequestMetrics`, fed by the dispatcher) and
+per ISR change (counted by the AlterPartition sender) is counted as it
+happens.
+
+Kafka's names, in Prometheus spelling: ``UnderReplicatedPartitions`` is
+``shoal_broker_under_replicated_partitions`` (partitions this broker leads
+whose ISR is smaller than their replica set), ``OfflinePartitionsCount`` is
+``shoal_cluster_offline_partitions`` and, as in Kafka, only the active
+controller reports it (partitions with no live leader), so a ``sum`` over
+brokers counts each once. ``topic`` labels carry the brokers' names
+(``<tenant>.<topic>``); the broker knows nothing of tenants.
+
+Serving: a small HTTP server on the broker's own event loop rather than
+prometheus_client's ``start_http_server``, whose thread would run the
+collector while the event loop changes the partition map under it
+("dictionary changed size during iteration"). Scrapes are tiny and rare, so
+sharing the loop costs nothing measurable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any, Final
+
+from prometheus_client import CollectorRegistry, ProcessCollector
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+from shoal.broker.cluster.cache import MetadataCache
+from shoal.broker.cluster.model import NO_LEADER, NodeId
+from shoal.broker.replica_manager import ReplicaManager
+
+from shoal.metrics import (
+    LabeledCounter,
+    LabeledHistogram,
+    api_name,
+    error_codes,
+    error_name,
+    exposition,
+)
+from shoal.wire import ApiSchema
+
+log = logging.getLogger(__name__)
+
+_HEADER_LIMIT: Final = 16384
+_READ_TIMEOUT_S: Final = 10.0
+
+
+class RequestMetrics:
+    """Requests, their latency and the error codes in their responses, by API."""
+
+    def __init__(self) -> None:
+        self.requests = LabeledCounter(
+            "shoal_broker_requests", "Kafka requests handled, by API.", ("api",)
+        )
+        self.errors = LabeledCounter(
+            "shoal_broker_request_errors",
+            "Error codes in responses (top level and per partition/resource), by API and"
+            " Kafka error name.",
+            ("api", "error"),
+        )
+        self.latency = LabeledHistogram(
+            "shoal_broker_request_duration_seconds",
+            "Time from a decoded request to its response, by API (fetches include their"
+            " long-poll wait).",
+            ("api",),
+        )
+        self._names: dict[type[Any], str] = {}
+
+    def observe(self, api: ApiSchema, seconds: float, response: Any) -> None:
+        name = self._names.get(api.response_class)
+        if name is None:
+            name = self._names[api.response_class] = api_name(api.response_class)
+        self.requests.inc((name,))
+        self.latency.observe((name,), seconds)
+        if response is not None:
+            for code in error_codes(response):
+                self.errors.inc((name, error_name(code)))
+
+    def families(self) -> Iterable[Any]:
+        return [self.requests.family(), self.errors.family(), self.latency.family()]
+
+
+class BrokerCollector(Collector):
+    def __init__(
+        self,
+        node_id: NodeId,
+        replicas: ReplicaManager,
+        cache: MetadataCache,
+        requests: RequestMetrics,
+        connections: Callable[[], int],
+    ) -> None:
+        self.node_id = node_id
+        self.replicas = replicas
+        self.cache = cache
+        self.requests = requests
+        self.connections = connections
+
+    def collect(self) -> Iterable[Any]:
+        hosted = leaders = under_replicated = 0
+        sizes: dict[str, int] = {}
+        for partition in self.replicas.partitions.values():
+            hosted += 1
+            if partition.is_leader:
+                leaders += 1
+                if len(partition.state.isr) < len(partition.replicas):
+                    under_replicated += 1
+            sizes[partition.topic] = sizes.get(partition.topic, 0) + partition.log.size
+        yield _gauge("shoal_broker_partitions", "Partition replicas hosted here.", hosted)
+        yield _gauge("shoal_broker_leader_partitions", "Partitions this broker leads.", leaders)
+        yield _gauge(
+            "shoal_broker_under_replicated_partitions",
+            "Partitions led here whose ISR is smaller than their replica set.",
+            under_replicated,
+        )
+        log_size = GaugeMetricFamily(
+            "shoal_broker_log_size_bytes",
+            "Bytes of log segments on this broker, per topic (all its hosted partitions).",
+            labels=("topic",),
+        )
+        for topic, size in sorted(sizes.items()):
+            log_size.add_metric((topic,), size)
+        yield log_size
+        yield from self._cluster()
+        changes = self.replicas.isr_changes.applied
+        yield _counter(
+            "shoal_broker_isr_shrinks",
+            "ISR shrinks of partitions led here (a follower fell behind).",
+            changes.get("isr_shrink", 0),
+        )
+        yield _counter(
+            "shoal_broker_isr_expands",
+            "ISR expansions of partitions led here (a follower caught up).",
+            changes.get("isr_expand", 0),
+        )
+        yield _gauge("shoal_broker_connections", "Open Kafka connections.", self.connections())
+        yield from self.requests.families()
+
+    def _cluster(self) -> Iterable[Any]:
+        image = self.cache.image
+        active = image.controller is not None and image.controller.node_id == self.node_id
+        yield _gauge(
+            "shoal_broker_active_controller",
+            "1 on the broker that is the elected controller, else 0.",
+            int(active),
+        )
+        if not active:
+            return
+        live = set(image.brokers)
+        offline = sum(
+            1
+            for topic in image.topics.values()
+            for state in topic.partitions.values()
+            if state.leader == NO_LEADER or state.leader not in live
+        )
+        yield _gauge(
+            "shoal_cluster_offline_partitions",
+            "Partitions with no live leader (reported by the active controller only).",
+            offline,
+        )
+
+
+def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, documentation, value=value)
+
+
+def _counter(name: str, documentation: str, value: float) -> CounterMetricFamily:
+    return CounterMetricFamily(name, documentation, value=value)
+
+
+def broker_registry(collector: BrokerCollector) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    ProcessCollector(registry=registry)
+    return registry
+
+
+def http_answer(request_line: bytes, registry: CollectorRegistry) -> bytes:
+    """The whole HTTP/1.1 answer to one request line (the connection then closes)."""
+    parts = request_line.split()
+    if len(parts) != 3 or parts[0] not in (b"GET", b"HEAD"):
+        return _response(b"405 Method Not Allowed", b"text/plain", b"GET /metrics\n")
+    if parts[1].split(b"?", 1)[0] != b"/metrics":
+        return _response(b"404 Not Found", b"text/plain", b"see /metrics\n")
+    body, content_type = exposition(registry)
+    return _response(b"200 OK", content_type.encode(), b"" if parts[0] == b"HEAD" else body)
+
+
+def _response(status: bytes, content_type: bytes, body: bytes) -> bytes:
+    head = b"HTTP/1.1 %s\r\nContent-Type: %s\r\nContent-Length: %d\r\nConnection: close\r\n\r\n"
+    return head % (status, content_type, len(body)) + body
+
+
+async def serve_metrics(registry: CollectorRegistry, host: str, port: int) -> asyncio.Server:
+    """Answer ``GET /metrics`` on HOST:PORT, one request per connection."""
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            async with asyncio.timeout(_READ_TIMEOUT_S):
+                head = await reader.readuntil(b"\r\n\r\n")
+            writer.write(http_answer(head.split(b"\r\n", 1)[0], registry))
+            await writer.drain()
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, OSError):
+            pass
+        finally:
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
+
+    server = await asyncio.start_server(answer, host, port, limit=_HEADER_LIMIT, reuse_address=True)
+    log.info("event=metrics_listening address=%s:%d", host, server.sockets[0].getsockname()[1])
+    return server
