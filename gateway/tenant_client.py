@@ -257,11 +257,11 @@ class TenantClient:
 
     # -- cluster and topics -------------------------------------------------------
 
-    async def metadata(self, topics: Iterable[str] | None) -> Any:
+    async def metadata(self, topics: Iterable[str] | None, node_id: int | None = None) -> Any:
         api = schema(*METADATA)
         response = await self.send(
             METADATA,
-            None,
+            node_id,
             topics=None
             if topics is None
             else tuple(
@@ -281,9 +281,10 @@ class TenantClient:
             raise KafkaCallError(KafkaCode.broker_not_available, "the brokers named no cluster id")
         return self._pool.cluster_id
 
-    async def topic(self, name: str) -> TopicLayout:
-        """One topic's layout; KafkaCallError if it is not there or not the caller's."""
-        response = await self.metadata([name])
+    async def topic(self, name: str, node_id: int | None = None) -> TopicLayout:
+        """One topic's layout (as ``node_id`` knows it, or any broker); KafkaCallError
+        if it is not there or not the caller's."""
+        response = await self.metadata([name], node_id)
         for topic in response.topics:
             if topic.name == name:
                 if topic.error_code != KafkaCode.none:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from shoal.gateway.apis.base import Lookups
@@ -40,9 +40,10 @@ JWT from `/oauth2/token`. Names are the tenant's own; errors are JSON
 """
 
 
-def create_app(services: GatewayServices, lookups: Lookups | None = None) -> FastAPI:
-    """The application; ``lookups`` are the rewriters' (a listener's), needed by the
-    Kafka-backed routes, which answer 503 without them."""
+def build_api() -> FastAPI:
+    """The routes, their documentation and error handling, without the services
+    they use: exactly what ``/openapi.json`` describes, so tests can build the
+    document without a cluster."""
     app = FastAPI(
         title="Shoal gateway",
         version="3",
@@ -51,21 +52,14 @@ def create_app(services: GatewayServices, lookups: Lookups | None = None) -> Fas
         openapi_url="/openapi.json",
         redoc_url=None,
     )
-    app.state.services = services
     app.add_exception_handler(ApiError, api_error_handler)
     app.add_exception_handler(RequestValidationError, validation_error_handler)
     app.add_exception_handler(StarletteHTTPException, http_error_handler)
-    app.state.lookups = lookups
-    app.state.broker_pool = BrokerPool()
-    app.state.storage = StorageSurveyor(services.cluster)
     for exception, handler in routes.EXCEPTION_HANDLERS.items():
         app.add_exception_handler(exception, handler)
     app.include_router(routes.router)
     app.include_router(keys.router)
     app.include_router(usage.router)
-    if services.tracing is not None:
-        services.tracing.instrument(app)
-    install_metrics(app, services)
 
     @app.get("/healthz", tags=["health"], summary="The process is alive")
     async def healthz() -> dict[str, str]:
@@ -77,9 +71,24 @@ def create_app(services: GatewayServices, lookups: Lookups | None = None) -> Fas
         summary="Tenancy records are loaded and brokers are known",
         responses={503: {"model": ErrorBody}},
     )
-    async def readyz() -> Any:
+    async def readyz(request: Request) -> Any:
+        services: GatewayServices = request.app.state.services
         if services.tenancy.snapshot.revision == 0 or not services.cluster.brokers:
             return error_response(ErrorCode.UNAVAILABLE, "not ready: no tenancy records or brokers")
         return JSONResponse({"status": "ready"})
 
+    return app
+
+
+def create_app(services: GatewayServices, lookups: Lookups | None = None) -> FastAPI:
+    """The application serving ``services``; ``lookups`` are the rewriters' (a
+    listener's), needed by the Kafka-backed routes, which answer 503 without them."""
+    app = build_api()
+    app.state.services = services
+    app.state.lookups = lookups
+    app.state.broker_pool = BrokerPool()
+    app.state.storage = StorageSurveyor(services.cluster)
+    if services.tracing is not None:
+        services.tracing.instrument(app)
+    install_metrics(app, services)
     return app

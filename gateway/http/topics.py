@@ -10,6 +10,7 @@ to another tenant simply does not exist here.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable
 from typing import Any, Final
 
@@ -25,7 +26,8 @@ from shoal.gateway.http.models import (
     TopicConfigList,
     TopicList,
 )
-from shoal.gateway.tenant_client import TenantClient, TopicLayout
+from shoal.gateway.tenant_client import KafkaCallError, TenantClient, TopicLayout
+from shoal.gateway.upstream import UpstreamError
 
 SET: Final = 0
 DELETE: Final = 1
@@ -39,6 +41,9 @@ _SOURCES: Final[dict[int, ConfigSource]] = {
     6: "DYNAMIC_BROKER_LOGGER_CONFIG",
 }
 DEFAULT_CONFIG_SOURCE: Final = 5
+SETTLE_S: Final = 5.0
+"""How long a change waits for every broker to see it before it is answered anyway."""
+_SETTLE_POLL_S: Final = 0.05
 
 
 class TopicsController:
@@ -67,6 +72,7 @@ class TopicsController:
             -1 if body.replication_factor is None else body.replication_factor,
             {c.name: c.value for c in body.configs},
         )
+        await self._settle(body.topic_name, result.num_partitions)
         return Topic(
             cluster_id=self.cluster_id,
             topic_name=body.topic_name,
@@ -76,10 +82,35 @@ class TopicsController:
 
     async def delete(self, name: str) -> None:
         await self.client.delete_topic(name)
+        await self._settle(name, None)
 
     async def grow(self, name: str, partitions: int) -> Topic:
         await self.client.create_partitions(name, partitions)
+        await self._settle(name, partitions)
         return await self.get(name)
+
+    async def _settle(self, name: str, partitions: int | None) -> None:
+        """Wait until every broker shows ``name`` with ``partitions`` (None: gone).
+
+        Kafka answers an admin request once the controller has the change; the
+        other brokers learn it moments later, and the HTTP door sends each
+        request to any broker. Waiting here gives HTTP callers read-your-writes:
+        the next request sees the change whichever broker it reaches. Past
+        :data:`SETTLE_S` the change is answered anyway, as Kafka would.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + SETTLE_S
+        for node_id in list(self.client.services.cluster.brokers):
+            while loop.time() < deadline:
+                try:
+                    seen: int | None = (await self.client.topic(name, node_id)).partitions
+                except KafkaCallError:
+                    seen = None
+                except UpstreamError:
+                    break  # a broker that is down learns the change when it is back
+                if seen == partitions:
+                    break
+                await asyncio.sleep(_SETTLE_POLL_S)
 
     async def partitions(self, name: str) -> PartitionList:
         layout = await self.client.topic(name)

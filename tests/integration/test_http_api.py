@@ -32,7 +32,7 @@ from schemathesis.specs.openapi.checks import (
     response_schema_conformance,
     status_code_conformance,
 )
-from shoal.gateway.http.app import create_app
+from shoal.gateway.http.app import build_api
 from shoal.tenancy.acl import read_only_bindings
 from shoal.tenancy.model import Quotas
 
@@ -441,10 +441,10 @@ def fuzzed_tenant(gateway_cluster: Any) -> Tenant:
     return tenant
 
 
-# The document the gateway serves is built by create_app alone (no broker is asked),
-# so it is known at collection time; test_the_served_document_is_this_one checks
-# that the gateway serves exactly it.
-DOCUMENT = create_app(None).openapi()  # type: ignore[arg-type]
+# The document the gateway serves is built without any service (build_api), so it
+# is known at collection time; test_the_served_document_is_this_one checks that
+# the gateway serves exactly it.
+DOCUMENT = build_api().openapi()
 schema = schemathesis.openapi.from_dict(DOCUMENT)
 
 
