@@ -9,6 +9,7 @@ to the Prometheus Operator, is checked for what Prometheus relies on.
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -82,6 +83,15 @@ def test_monitoring_is_off_unless_asked(helm: str) -> None:
     kinds = {d["kind"] for d in render(helm, "values-dev.yaml")}
     assert "ServiceMonitor" not in kinds
     assert "ConfigMap" not in kinds
+
+
+def test_dashboard_config_map_carries_the_dashboard_of_k8s(helm: str) -> None:
+    (config_map,) = [d for d in render(helm, "values-prod.yaml") if d["kind"] == "ConfigMap"]
+    assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
+    shipped = json.loads(config_map["data"]["shoal.json"])
+    assert shipped == json.loads((CHART / "dashboards" / "shoal.json").read_text())
+    in_k8s = ROOT / "k8s" / "monitoring" / "grafana-dashboard.json"
+    assert shipped == json.loads(in_k8s.read_text())
 
 
 def test_a_value_the_schema_does_not_know_is_refused(helm: str) -> None:
