@@ -20,6 +20,7 @@ from shoal.gateway.http.errors import (
     error_response,
     validation_error_handler,
 )
+from shoal.gateway.http.oauth import router as oauth_router
 
 if TYPE_CHECKING:
     from shoal.gateway.server import GatewayServices
@@ -45,6 +46,7 @@ def create_app(services: GatewayServices) -> FastAPI:
     app.state.services = services
     app.add_exception_handler(ApiError, api_error_handler)
     app.add_exception_handler(RequestValidationError, validation_error_handler)
+    app.include_router(oauth_router)
 
     @app.get("/healthz", tags=["health"], summary="The process is alive")
     async def healthz() -> dict[str, str]:
