@@ -205,5 +205,9 @@ class GatewayTokens:
         tenancy = self.tenancy
         access = tenancy.access_for(tenant, principal)
         if access is None:
+            # A tenant made since our last poll? Only validly signed tokens get here.
+            await tenancy.load()
+            access = tenancy.access_for(tenant, principal)
+        if access is None:
             raise TokenError(f"the token's tenant {tenant[:63]!r} does not exist")
         return TokenGrant(access, expires_at(claims), lambda: tenancy.access_for(tenant, principal))

@@ -424,3 +424,22 @@ def test_external_issuer_tokens_reach_only_the_tenant_they_name(
     assert "does not exist" in answer.error_message
     expired = idp.token("ext-a", "alice", lifetime_s=-60)
     assert "expired" in kafka_login(bootstrap, expired).error_message
+
+
+def test_replicas_starting_or_rotating_together_agree_on_one_key_ring(etcd: EtcdServer) -> None:
+    """Against a real etcd: create-if-absent and compare-and-swap, raced."""
+    url = etcd.chroot_url()
+
+    async def race() -> None:
+        async with SigningKeyStore(url) as first, SigningKeyStore(url) as second:
+            rings = await asyncio.gather(first.load_or_create(0), second.load_or_create(0))
+            assert rings[0] == rings[1]
+            now_ms = 120_000
+            rotated = await asyncio.gather(
+                first.rotate(now_ms, retain_ms=60_000, period_ms=60_000),
+                second.rotate(now_ms, retain_ms=60_000, period_ms=60_000),
+            )
+            assert rotated[0] == rotated[1]
+            assert [k.kid for k in rotated[0].keys[:-1]] == [rings[0].active.kid]
+
+    asyncio.run(race())
