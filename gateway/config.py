@@ -79,6 +79,39 @@ class GatewayConfig(BaseSettings):
     group_lag_max_groups: int = Field(
         100, ge=1, description="Groups per tenant whose lag /metrics names (the largest lags)."
     )
+    oauth_issuer: str | None = Field(
+        None,
+        description="Public URL of the HTTP door: the iss of issued tokens and base of"
+        " /oauth2/token; defaults to http://<http-listen address>.",
+    )
+    oauth_audience: str = Field("shoal", description="The aud of issued (and accepted) tokens.")
+    oauth_token_lifetime_s: int = Field(
+        900, ge=5, le=86400, description="Lifetime of tokens from /oauth2/token, in seconds."
+    )
+    oauth_key_rotation_s: int = Field(
+        86400,
+        ge=60,
+        description="A new signing key after this many seconds (old ones stay"
+        " published until their tokens expire).",
+    )
+    oauth_leeway_s: int = Field(
+        30, ge=0, le=300, description="Clock skew allowed when checking a token's exp and nbf."
+    )
+    oauth_external_issuer: str | None = Field(
+        None, description="iss of an external identity provider whose tokens are accepted."
+    )
+    oauth_external_jwks_url: str | None = Field(
+        None, description="JWKS URL of the external issuer (its public signing keys)."
+    )
+    oauth_external_audience: str | None = Field(
+        None, description="aud required of external tokens; defaults to --oauth-audience."
+    )
+    oauth_external_tenant_claim: str = Field(
+        "tenant", description="Claim of an external token that names the tenant."
+    )
+    oauth_external_principal_claim: str = Field(
+        "sub", description="Claim of an external token that names the principal (for ACLs)."
+    )
     log_level: str = Field("INFO", description="Logging level.")
     log_format: str = Field("text", description="Log line format: text (key=value) or json.")
 
@@ -88,7 +121,18 @@ class GatewayConfig(BaseSettings):
             raise ValueError("--tls-listen needs --tls-cert and --tls-key")
         if not self.listen and not self.tls_listen:
             raise ValueError("give --listen, --tls-listen or both")
+        if bool(self.oauth_external_issuer) != bool(self.oauth_external_jwks_url):
+            raise ValueError("--oauth-external-issuer and --oauth-external-jwks-url go together")
         return self
+
+    def oauth_issuer_url(self) -> str:
+        """The issuer URL: configured, or the HTTP door's own address."""
+        if self.oauth_issuer:
+            return self.oauth_issuer
+        host, port = split_host_port(self.http_listen or "127.0.0.1:8080")
+        if host in ("0.0.0.0", "::", ""):  # noqa: S104 - comparing, not binding
+            host = self.advertise_host or socket.getfqdn()
+        return f"http://{f'[{host}]' if ':' in host else host}:{port}"
 
     def upstream_addresses(self) -> list[tuple[str, int]]:
         return [split_host_port(item.strip()) for item in self.upstream.split(",") if item.strip()]

@@ -14,6 +14,7 @@ import contextlib
 import logging
 import socket
 import ssl
+import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -29,6 +30,8 @@ from shoal.gateway.http.auth import TokenAuthority
 from shoal.gateway.http.serving import EmbeddedServer, embedded_server
 from shoal.gateway.membership import GatewayMembership
 from shoal.gateway.metrics import GatewayMetrics
+from shoal.gateway.oauth.authority import gateway_tokens
+from shoal.gateway.oauth.keystore import SigningKeyStore
 from shoal.gateway.quotas import QuotaConfig, QuotaManager
 from shoal.gateway.session import ClientSession
 from shoal.gateway.tenancy_view import StoreQuotas, TenancyView
@@ -180,7 +183,7 @@ class Gateway:
 
     async def run(self, stop: asyncio.Event) -> None:
         config = self.config
-        async with TenancyStore(config.etcd) as store:
+        async with TenancyStore(config.etcd) as store, SigningKeyStore(config.etcd) as key_store:
             tenancy = TenancyView(store, config.tenancy_poll_interval_ms / 1000)
             membership = GatewayMembership(config.etcd, config.gateway_id, config.membership_ttl_s)
             cluster = ClusterView(config.upstream_addresses())
@@ -197,6 +200,8 @@ class Gateway:
                 quota_store=StoreQuotas(tenancy),
                 tracing=self.tracing,
             )
+            tokens = gateway_tokens(config, tenancy, key_store, time.time)
+            services.tokens = tokens
             tenancy.on_change.append(lambda snapshot: self._close_revoked(services, snapshot))
             background: list[asyncio.Task[None]] = []
             http: EmbeddedServer | None = None
@@ -204,7 +209,9 @@ class Gateway:
                 await self._start(services, stop)
                 if stop.is_set():
                     return
+                await tokens.start()
                 background = [
+                    asyncio.create_task(tokens.keeper.run()),
                     asyncio.create_task(tenancy.poll()),
                     asyncio.create_task(membership.keep_alive()),
                     asyncio.create_task(self._refresh_brokers(services)),
@@ -325,9 +332,13 @@ class Gateway:
     def _close_revoked(self, services: GatewayServices, snapshot: TenancySnapshot) -> None:
         del snapshot
         for key_id, sessions in list(services.sessions_by_key.items()):
-            if sessions and not services.tenancy.still_valid(key_id):
-                log.info("event=gateway_key_revoked key=%s connections=%d", key_id, len(sessions))
-                for session in list(sessions):
+            # Per session: one principal name may log in by key and by external token.
+            revoked = [session for session in sessions if session.current_access() is None]
+            if revoked:
+                log.info("event=gateway_key_revoked key=%s connections=%d", key_id, len(revoked))
+                for session in revoked:
                     session.close()
+                    sessions.discard(session)
+            if not sessions:
                 with contextlib.suppress(KeyError):
                     del services.sessions_by_key[key_id]

@@ -2,18 +2,26 @@
 
 Phases:
 
-1. **Authentication.** Only ApiVersions, SaslHandshake (PLAIN) and
-   SaslAuthenticate are accepted; anything else closes the connection, as
-   Kafka closes it. Wrong or revoked credentials, or a malformed exchange,
-   get SASL_AUTHENTICATION_FAILED and the connection is closed. A client
-   that has not authenticated within ``authentication_timeout_ms`` is
-   disconnected.
+1. **Authentication.** Only ApiVersions, SaslHandshake (PLAIN or
+   OAUTHBEARER) and SaslAuthenticate are accepted; anything else closes the
+   connection, as Kafka closes it. Wrong or revoked credentials, a refused
+   token, or a malformed exchange get SASL_AUTHENTICATION_FAILED with a
+   message saying why, and the connection is closed. A client that has not
+   authenticated within ``authentication_timeout_ms`` is disconnected.
 2. **Serving.** Requests are handled strictly in order. Each is decoded,
    checked and rewritten (:mod:`shoal.gateway.apis`), then either answered
    by the gateway or forwarded on this connection's own connection to its
    broker (the bootstrap port's go to any broker, a broker port's to that
    broker). Clients pipeline freely: answers are written in request order,
    whichever of gateway and broker produced them.
+
+Re-authentication (KIP-368): an OAUTHBEARER session lasts as long as its
+token, and SaslAuthenticate says so in ``session_lifetime_ms`` (PLAIN
+sessions do not expire: 0). The client logs in again on the same connection
+before then, with SaslHandshake and SaslAuthenticate, same mechanism and
+same principal, as Kafka requires; the new token's expiry becomes the
+session's. A connection whose session has ended is closed at its next
+request other than a re-authentication, as Kafka closes it.
 
 Quotas: a produce request's bytes are counted on arrival and a fetch
 response's on its way back; the answer carries the larger of the broker's
@@ -35,6 +43,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Final
 
+from shoal.gateway.access import TenantAccess
 from shoal.gateway.apis import (
     API_VERSIONS,
     REWRITERS,
@@ -43,7 +52,14 @@ from shoal.gateway.apis import (
 )
 from shoal.gateway.apis.base import Answer, RefusedRequestError, RequestContext
 from shoal.gateway.cluster_view import BrokerAddress
-from shoal.gateway.sasl import MECHANISMS, PLAIN, SaslError, parse_plain
+from shoal.gateway.http.auth import TokenError
+from shoal.gateway.sasl import (
+    MECHANISMS,
+    OAUTHBEARER,
+    SaslError,
+    parse_oauthbearer,
+    parse_plain,
+)
 from shoal.gateway.tracing import RequestTrace
 from shoal.gateway.upstream import BrokerConnection, UpstreamError
 
@@ -74,10 +90,29 @@ _SIZE: Final = struct.Struct(">i")
 _FAILED_AUTH_DELAY_S: Final = 0.1
 """Kafka's connection.failed.authentication.delay.ms: slows password guessing."""
 _AUTH_APIS: Final = {API_VERSIONS: (0, 4), SASL_HANDSHAKE: (0, 1), SASL_AUTHENTICATE: (0, 2)}
+_MIN_SESSION_S: Final = 1.0
+"""A token accepted within its leeway past ``exp`` still gets a session this long."""
 
 
 class _ClosedError(Exception):
     """The session ends; the message says why (logged, never sent)."""
+
+
+class _LoginRefusedError(Exception):
+    """A SASL login was refused; the message is safe to show the client."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Login:
+    key_id: str
+    tenant: str
+    rights: Callable[[], TenantAccess | None]
+    expires_at: float | None
+    """Unix seconds when the credential ends (a token's exp); None for API keys."""
+
+
+def _no_rights() -> TenantAccess | None:
+    return None
 
 
 @dataclass(slots=True)
@@ -108,6 +143,9 @@ class ClientSession:
         peer = writer.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.key_id: str | None = None
+        self._mechanism: str | None = None
+        self._rights: Callable[[], TenantAccess | None] = _no_rights
+        self._session_ends: float | None = None
         self._slots: asyncio.Queue[asyncio.Future[bytes] | None] = asyncio.Queue(MAX_IN_FLIGHT)
         self._pending: deque[_Pending] = deque()
         self._upstream: BrokerConnection | None = None
@@ -199,7 +237,7 @@ class ClientSession:
     # -- authentication ------------------------------------------------------------
 
     async def _authenticate(self) -> None:
-        mechanism_chosen = False
+        mechanism: str | None = None
         while True:
             try:
                 header, api, body = self._decode(await self._read_frame(), _AUTH_APIS)
@@ -209,7 +247,7 @@ class ClientSession:
             if header.api_key == API_VERSIONS:
                 await self._answer(header, api, self._api_versions(api, E.none))
             elif header.api_key == SASL_HANDSHAKE:
-                if body.mechanism != PLAIN:
+                if body.mechanism not in MECHANISMS:
                     await self._answer(
                         header,
                         api,
@@ -218,54 +256,140 @@ class ClientSession:
                         ),
                     )
                     raise _ClosedError(f"unsupported SASL mechanism {body.mechanism!r}")
+                mechanism = body.mechanism
                 await self._answer(
                     header, api, api.response(error_code=E.none, mechanisms=MECHANISMS)
                 )
                 if header.api_version == 0:
                     # SaslHandshake v0: the token follows as a bare frame, with no
                     # Kafka header, and success is answered with an empty frame.
-                    key_id = await self._check_credentials(await self._read_frame())
-                    if key_id is None:
-                        self.services.metrics.authentication_failed("kafka")
+                    try:
+                        login = await self._login(body.mechanism, await self._read_frame())
+                    except _LoginRefusedError:
                         await asyncio.sleep(_FAILED_AUTH_DELAY_S)
-                        raise _ClosedError("authentication failed")
-                    self.key_id = key_id
+                        raise _ClosedError("authentication failed") from None
+                    self._begin_session(body.mechanism, login)
                     slot: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
                     slot.set_result(_SIZE.pack(0))
                     await self._slots.put(slot)
                     return
-                mechanism_chosen = True
-            elif not mechanism_chosen:
+            elif mechanism is None:
                 raise _ClosedError("SaslAuthenticate before SaslHandshake")
             else:
-                key_id = await self._check_credentials(body.auth_bytes)
-                if key_id is None:
-                    self.services.metrics.authentication_failed("kafka")
-                    await asyncio.sleep(_FAILED_AUTH_DELAY_S)
-                    await self._answer(
-                        header,
-                        api,
-                        api.response(
-                            error_code=E.sasl_authentication_failed,
-                            error_message="Authentication failed: invalid API key or secret",
-                            auth_bytes=b"",
-                            session_lifetime=timedelta(0),
-                        ),
-                    )
-                    raise _ClosedError("authentication failed")
-                self.key_id = key_id
-                await self._answer(
-                    header,
-                    api,
-                    api.response(
-                        error_code=E.none,
-                        error_message=None,
-                        auth_bytes=b"",
-                        session_lifetime=timedelta(0),
-                    ),
+                try:
+                    login = await self._login(mechanism, body.auth_bytes)
+                except _LoginRefusedError as exc:
+                    await self._refuse(header, api, str(exc))
+                    raise _ClosedError("authentication failed") from None
+                lifetime = self._begin_session(mechanism, login)
+                await self._answer(header, api, _authenticated(api, lifetime))
+                log.info(
+                    "event=gateway_authenticated peer=%s key=%s mechanism=%s",
+                    self.peer,
+                    login.key_id,
+                    mechanism,
                 )
-                log.info("event=gateway_authenticated peer=%s key=%s", self.peer, key_id)
                 return
+
+    async def _reauthenticate(self, header: RequestHeader, api: ApiSchema, body: Any) -> None:
+        """KIP-368: a new login on an authenticated connection, same mechanism and principal."""
+        mechanism = self._mechanism
+        assert mechanism is not None
+        if header.api_key != SASL_HANDSHAKE or header.api_version < 1:
+            raise _ClosedError("re-authentication must start with SaslHandshake v1 or later")
+        if body.mechanism != mechanism:
+            await self._answer(
+                header,
+                api,
+                api.response(error_code=E.unsupported_sasl_mechanism, mechanisms=(mechanism,)),
+            )
+            raise _ClosedError(f"re-authentication may not switch to {body.mechanism!r}")
+        await self._answer(header, api, api.response(error_code=E.none, mechanisms=MECHANISMS))
+        header, api, body = self._decode(await self._read_frame(), _AUTH_APIS)
+        if header.api_key != SASL_AUTHENTICATE:
+            raise _ClosedError("re-authentication: SaslHandshake not followed by SaslAuthenticate")
+        try:
+            login = await self._login(mechanism, body.auth_bytes)
+            if login.key_id != self.key_id or login.tenant != self._tenant():
+                raise _LoginRefusedError("re-authentication may not change the principal")
+        except _LoginRefusedError as exc:
+            await self._refuse(header, api, str(exc))
+            raise _ClosedError("re-authentication failed") from None
+        lifetime = self._begin_session(mechanism, login)
+        await self._answer(header, api, _authenticated(api, lifetime))
+        log.info(
+            "event=gateway_reauthenticated peer=%s key=%s session_s=%.0f",
+            self.peer,
+            login.key_id,
+            lifetime.total_seconds(),
+        )
+
+    def _tenant(self) -> str | None:
+        access = self._rights()
+        return None if access is None else access.tenant
+
+    def _begin_session(self, mechanism: str, login: _Login) -> timedelta:
+        """Adopt a login; returns the session lifetime to tell the client (0: no end)."""
+        self.key_id = login.key_id
+        self._mechanism = mechanism
+        self._rights = login.rights
+        if login.expires_at is None:
+            self._session_ends = None
+            return timedelta(0)
+        remaining = max(login.expires_at - time.time(), _MIN_SESSION_S)
+        self._session_ends = time.monotonic() + remaining
+        return timedelta(seconds=remaining)
+
+    async def _refuse(self, header: RequestHeader, api: ApiSchema, reason: str) -> None:
+        await asyncio.sleep(_FAILED_AUTH_DELAY_S)
+        await self._answer(
+            header,
+            api,
+            api.response(
+                error_code=E.sasl_authentication_failed,
+                error_message=f"Authentication failed: {reason}",
+                auth_bytes=b"",
+                session_lifetime=timedelta(0),
+            ),
+        )
+
+    async def _login(self, mechanism: str, message: bytes) -> _Login:
+        """Check one client SASL message; :class:`_LoginRefusedError` says why not."""
+        try:
+            return await self._check_login(mechanism, message)
+        except _LoginRefusedError:
+            self.services.metrics.authentication_failed("kafka")
+            raise
+
+    async def _check_login(self, mechanism: str, message: bytes) -> _Login:
+        tenancy = self.services.tenancy
+        if mechanism != OAUTHBEARER:
+            key_id = await self._check_credentials(message)
+            access = None if key_id is None else tenancy.access(key_id)
+            if key_id is None or access is None:
+                raise _LoginRefusedError("invalid API key or secret")
+            return _Login(key_id, access.tenant, lambda: tenancy.access(key_id), None)
+        try:
+            credentials = parse_oauthbearer(message)
+            authority = self.services.tokens
+            if authority is None:
+                raise _LoginRefusedError("this gateway does not accept OAUTHBEARER")
+            grant = await authority.grant(credentials.token)
+        except (SaslError, TokenError) as exc:
+            log.info(
+                "event=gateway_auth_failed peer=%s mechanism=OAUTHBEARER reason=%s",
+                self.peer,
+                str(exc).replace(" ", "_"),
+            )
+            raise _LoginRefusedError(str(exc)) from None
+        principal = grant.access.key_id
+        if credentials.authzid is not None and credentials.authzid != principal:
+            raise _LoginRefusedError("the authorization id must be the token's principal")
+        return _Login(principal, grant.access.tenant, grant.current, grant.expires_at)
+
+    def current_access(self) -> TenantAccess | None:
+        """The principal's rights now; None once its key is revoked or tenant deleted."""
+        return self._rights()
 
     async def _check_credentials(self, message: bytes) -> str | None:
         try:
@@ -312,17 +436,20 @@ class ClientSession:
             except _UnsupportedApiVersionsError as exc:
                 await self._answer_unsupported_api_versions(exc.header)
                 continue
+            if header.api_key in (SASL_HANDSHAKE, SASL_AUTHENTICATE):
+                await self._reauthenticate(header, api, body)
+                continue
+            if self._session_ends is not None and time.monotonic() >= self._session_ends:
+                raise _ClosedError("the session expired without re-authentication")
             if header.api_key == API_VERSIONS:
                 await self._answer(header, api, self._api_versions(api, E.none))
                 continue
-            if header.api_key in (SASL_HANDSHAKE, SASL_AUTHENTICATE):
-                raise _ClosedError("SASL after authentication (re-authentication is not offered)")
             await self._handle(frame, header, api, body)
 
     async def _handle(self, frame: bytes, header: RequestHeader, api: ApiSchema, body: Any) -> None:
         assert self.key_id is not None
         services = self.services
-        access = services.tenancy.access(self.key_id)
+        access = self.current_access()
         if access is None:
             raise _ClosedError("the key was revoked or its tenant deleted")
         tracing = services.tracing
@@ -456,6 +583,12 @@ class _UnsupportedApiVersionsError(WireError):
     def __init__(self, header: RequestHeader) -> None:
         super().__init__("ApiVersions version not supported")
         self.header = header
+
+
+def _authenticated(api: ApiSchema, lifetime: timedelta) -> Any:
+    return api.response(
+        error_code=E.none, error_message=None, auth_bytes=b"", session_lifetime=lifetime
+    )
 
 
 def _share(limit: float | None, gateways: int) -> float | None:

@@ -86,6 +86,20 @@ class TenancyView:
             platform_admin=key.platform_admin,
         )
 
+    def access_for(self, tenant: str, principal: str) -> TenantAccess | None:
+        """The rights of a principal named by a trusted token issuer, not by one
+        of our keys: the tenant's bindings for that principal (or ``*``)."""
+        snapshot = self.snapshot
+        record = snapshot.tenants.get(tenant)
+        if record is None:
+            return None
+        return TenantAccess(
+            tenant=tenant,
+            key_id=principal,
+            bindings=snapshot.bindings.get(tenant, ()),
+            quotas=record.quotas,
+        )
+
     def still_valid(self, key_id: str) -> bool:
         return self.access(key_id) is not None
 

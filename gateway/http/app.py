@@ -23,6 +23,7 @@ from shoal.gateway.http.errors import (
     http_error_handler,
     validation_error_handler,
 )
+from shoal.gateway.http.oauth import router as oauth_router
 from shoal.gateway.metrics import install_metrics
 from shoal.gateway.storage import StorageSurveyor
 from shoal.gateway.tenant_client import BrokerPool
@@ -60,6 +61,7 @@ def build_api() -> FastAPI:
     app.include_router(routes.router)
     app.include_router(keys.router)
     app.include_router(usage.router)
+    app.include_router(oauth_router)
 
     @app.get("/healthz", tags=["health"], summary="The process is alive")
     async def healthz() -> dict[str, str]:

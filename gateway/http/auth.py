@@ -10,6 +10,8 @@ every request); Bearer tokens by the gateway's token authority
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Annotated, Protocol
 
 from fastapi import Depends, Request
@@ -31,9 +33,27 @@ class TokenError(Exception):
     """A Bearer token was refused; the message is safe to show the caller."""
 
 
+@dataclass(frozen=True, slots=True)
+class TokenGrant:
+    """A token that was accepted: what it allows, and for how long.
+
+    ``current`` gives the rights again later (ACLs change; None once the key
+    is revoked or the tenant deleted): a Kafka connection asks per request.
+    """
+
+    access: TenantAccess
+    expires_at: float
+    """The token's ``exp``, Unix seconds."""
+    current: Callable[[], TenantAccess | None]
+
+
 class TokenAuthority(Protocol):
     async def access(self, token: str) -> TenantAccess:
         """The rights the token carries; raises :class:`TokenError` if refused."""
+        ...
+
+    async def grant(self, token: str) -> TokenGrant:
+        """The token checked, with its expiry; raises :class:`TokenError` if refused."""
         ...
 
 

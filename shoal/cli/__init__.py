@@ -4,7 +4,8 @@
 entry points); ``shoal dev`` runs a local cluster; ``shoal topic``, ``shoal produce`` and ``shoal
 consume`` are a Kafka client for people; ``shoal bench produce|consume|e2e``
 measures any Kafka-compatible cluster as Kafka's perf-test tools do; ``shoal
-tenant``, ``key``, ``acl`` and ``quota`` manage tenants in etcd. Every flag also reads a
+tenant``, ``key``, ``acl`` and ``quota`` manage tenants in etcd; ``shoal oauth
+rotate-keys`` rotates the gateways' token signing key. Every flag also reads a
 ``SHOAL_*`` environment variable, named in ``--help``.
 """
 
@@ -17,6 +18,7 @@ from shoal.cli.broker import broker
 from shoal.cli.dev import dev
 from shoal.cli.gateway import gateway
 from shoal.cli.group import group_app
+from shoal.cli.oauth import oauth_app
 from shoal.cli.records import consume, produce
 from shoal.cli.tenancy import acl_app, key_app, quota_app, tenant_app
 from shoal.cli.topic import topic_app
@@ -40,6 +42,7 @@ app.add_typer(tenant_app, name="tenant")
 app.add_typer(key_app, name="key")
 app.add_typer(acl_app, name="acl")
 app.add_typer(quota_app, name="quota")
+app.add_typer(oauth_app, name="oauth")
 
 
 def main() -> None:

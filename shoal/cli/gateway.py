@@ -42,6 +42,21 @@ def gateway(
     gateway_id: Annotated[
         str | None, typer.Option(envvar="SHOAL_GATEWAY_ID", help=_doc("gateway_id"))
     ] = None,
+    oauth_issuer: Annotated[
+        str | None, typer.Option(envvar="SHOAL_OAUTH_ISSUER", help=_doc("oauth_issuer"))
+    ] = None,
+    oauth_token_lifetime_s: Annotated[
+        int | None,
+        typer.Option(envvar="SHOAL_OAUTH_TOKEN_LIFETIME_S", help=_doc("oauth_token_lifetime_s")),
+    ] = None,
+    oauth_external_issuer: Annotated[
+        str | None,
+        typer.Option(envvar="SHOAL_OAUTH_EXTERNAL_ISSUER", help=_doc("oauth_external_issuer")),
+    ] = None,
+    oauth_external_jwks_url: Annotated[
+        str | None,
+        typer.Option(envvar="SHOAL_OAUTH_EXTERNAL_JWKS_URL", help=_doc("oauth_external_jwks_url")),
+    ] = None,
     log_level: Annotated[
         str | None, typer.Option(envvar="SHOAL_LOG_LEVEL", help=_doc("log_level"))
     ] = None,
@@ -50,7 +65,8 @@ def gateway(
     ] = None,
 ) -> None:
     """Run the Kafka gateway in front of the brokers. Other settings (intervals, quota
-    windows) are read from SHOAL_* variables; see docs/gateway.md."""
+    windows, the rest of OAuth) are read from SHOAL_* variables; see docs/gateway.md
+    and docs/oauth.md."""
     given: dict[str, Any] = {
         "etcd": etcd,
         "listen": listen,
@@ -61,6 +77,10 @@ def gateway(
         "advertise_host": advertise_host,
         "upstream": upstream,
         "gateway_id": gateway_id,
+        "oauth_issuer": oauth_issuer,
+        "oauth_token_lifetime_s": oauth_token_lifetime_s,
+        "oauth_external_issuer": oauth_external_issuer,
+        "oauth_external_jwks_url": oauth_external_jwks_url,
         "log_level": log_level,
         "log_format": log_format,
     }

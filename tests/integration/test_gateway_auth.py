@@ -315,11 +315,11 @@ def test_authenticate_before_handshake_closes(key: TenantKey, gateway: GatewayPr
         assert closed_by_peer(conn)
 
 
-def test_unsupported_mechanism_is_refused_with_plain_offered(gateway: GatewayProcess) -> None:
+def test_unsupported_mechanism_is_refused_with_ours_offered(gateway: GatewayProcess) -> None:
     with connect(gateway) as conn:
         response = handshake(conn, "SCRAM-SHA-256")
         assert response.error_code == ErrorCode.unsupported_sasl_mechanism
-        assert list(response.mechanisms) == ["PLAIN"]
+        assert list(response.mechanisms) == ["PLAIN", "OAUTHBEARER"]
         assert closed_by_peer(conn)
 
 
@@ -459,7 +459,10 @@ AFTER_LOGIN: dict[str, Callable[[RawConnection], None]] = {
         request_class(ALTER_PARTITION, 2)(broker_id=0, broker_epoch=0, topics=())
     ),
     "replica-fetch": lambda c: c.send(fetch_request(replica_id=1)),
-    "sasl-handshake-again": lambda c: c.send(request_class(SASL_HANDSHAKE, 1)(mechanism="PLAIN")),
+    # Re-authentication (KIP-368) needs SaslHandshake v1 or later.
+    "sasl-handshake-v0-again": lambda c: c.send(
+        request_class(SASL_HANDSHAKE, 0)(mechanism="PLAIN")
+    ),
     "sasl-authenticate-again": lambda c: c.send(
         request_class(SASL_AUTHENTICATE, 2)(auth_bytes=b"\0a\0b")
     ),
@@ -555,3 +558,20 @@ def test_client_that_never_logs_in_is_disconnected_after_the_timeout(
         assert sasl_login(conn, key.key_id, key.secret).error_code == ErrorCode.none
         time.sleep(AUTH_TIMEOUT_S * 1.5)
         assert_serves(conn)
+
+
+def test_a_plain_login_may_be_renewed_on_its_connection_but_not_switched(key: TenantKey) -> None:
+    """KIP-368 re-authentication: same mechanism and principal keep serving; PLAIN
+    sessions never expire (lifetime 0); another mechanism closes the connection."""
+    with key.raw() as conn:
+        renewed = sasl_login(conn, key.key_id, key.secret)
+        assert renewed.error_code == ErrorCode.none
+        assert renewed.session_lifetime == timedelta(0)
+        assert_serves(conn)
+        response = handshake(conn, "OAUTHBEARER")
+        assert response.error_code == ErrorCode.unsupported_sasl_mechanism
+        assert closed_by_peer(conn)
+    with key.raw() as conn:
+        refused = sasl_login(conn, key.key_id, "not-the-secret")
+        assert refused.error_code == ErrorCode.sasl_authentication_failed
+        assert closed_by_peer(conn)
