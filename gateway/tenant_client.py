@@ -52,10 +52,12 @@ from shoal.gateway.access import TenantAccess
 from shoal.gateway.apis import REWRITERS
 from shoal.gateway.apis.base import Answer, Lookups, RequestContext
 from shoal.gateway.cluster_view import BrokerAddress
-from shoal.gateway.upstream import BrokerConnection, UpstreamError
+from shoal.gateway.tracing import current_traceparent
+from shoal.gateway.upstream import CLIENT_ID, BrokerConnection, UpstreamError
 
 from shoal.wire import ApiSchema, schema
 from shoal.wire import ErrorCode as KafkaCode
+from shoal.wire.trace_context import forwarded_client_id
 
 if TYPE_CHECKING:
     from shoal.gateway.server import GatewayServices
@@ -161,7 +163,9 @@ class BrokerPool:
         try:
             if connection is None or connection.closed:
                 connection = await BrokerConnection.open(broker.host, broker.port)
-            return await connection.call(api, body, _CALL_TIMEOUT_S)
+            # The HTTP request's span (if traced) is the broker span's parent.
+            client_id = forwarded_client_id(CLIENT_ID, current_traceparent())
+            return await connection.call(api, body, _CALL_TIMEOUT_S, client_id)
         except UpstreamError:
             if connection is not None:
                 connection.close()

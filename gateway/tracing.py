@@ -23,7 +23,14 @@ from fastapi import FastAPI
 from opentelemetry.context import Context
 from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.trace import Span, SpanKind, StatusCode, Tracer, set_span_in_context
+from opentelemetry.trace import (
+    Span,
+    SpanKind,
+    StatusCode,
+    Tracer,
+    get_current_span,
+    set_span_in_context,
+)
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from shoal.tracing import RPC_METHOD, RPC_SYSTEM_NAME, record_response, request_attributes
@@ -33,6 +40,21 @@ SHOAL_TENANT: Final = "shoal.tenant"
 _UNTRACED_PATHS: Final = "/healthz,/readyz,/metrics"
 """Probes and scrapes: a span every few seconds that tells nobody anything."""
 _PROPAGATOR: Final = TraceContextTextMapPropagator()
+
+
+def current_traceparent() -> str | None:
+    """The ``traceparent`` of the running task's current span, if it is sampled.
+
+    The HTTP door's requests run inside the ASGI instrumentation's SERVER span
+    (the current one); what they ask the brokers becomes its children. With
+    tracing off there is no current span, and this costs one lookup.
+    """
+    context = get_current_span().get_span_context()
+    if not (context.is_valid and context.trace_flags.sampled):
+        return None
+    carrier: dict[str, str] = {}
+    _PROPAGATOR.inject(carrier)
+    return carrier.get("traceparent")
 
 
 class GatewayTracing:

@@ -60,11 +60,13 @@ class BrokerConnection:
         except (asyncio.IncompleteReadError, OSError) as exc:
             raise UpstreamError(f"broker {self.address} closed the connection") from exc
 
-    async def call(self, api: ApiSchema, body: Any, timeout_s: float = 10.0) -> Any:
+    async def call(
+        self, api: ApiSchema, body: Any, timeout_s: float = 10.0, client_id: str = CLIENT_ID
+    ) -> Any:
         """Send one request and return the decoded response body."""
         async with self._lock:
             correlation_id = next(self._correlation)
-            self.send(encode_request(api, correlation_id, CLIENT_ID, body))
+            self.send(encode_request(api, correlation_id, client_id, body))
             try:
                 async with asyncio.timeout(timeout_s):
                     await self.drain()

@@ -325,3 +325,39 @@ def test_an_http_request_gets_a_gateway_span_and_probes_none(cluster: TracedClus
     routes = [(s.attributes or {})["http.route"] for s in spans]
     assert "/openapi.json" in routes
     assert "/healthz" not in routes
+
+
+def test_an_http_produce_is_one_trace_from_the_http_request_to_the_broker(
+    cluster: TracedCluster,
+) -> None:
+    auth = (cluster.traced.key_id, cluster.traced.secret)
+    with httpx.Client(base_url=cluster.http_url, auth=auth, timeout=DEADLINE_S) as http:
+        cluster_id = http.get("/v3/clusters").json()["data"][0]["cluster_id"]
+        answer = http.post(
+            f"/v3/clusters/{cluster_id}/topics/{cluster.topic}/records",
+            json={"value": {"type": "STRING", "data": "traced over HTTP"}},
+        )
+        assert answer.status_code == 200, answer.text
+    (request,) = cluster.spans(
+        lambda s: (
+            s.kind is SpanKind.SERVER
+            and _service(s) == GATEWAY_SERVICE
+            and (s.attributes or {}).get("http.route", "").endswith("/records")
+        )
+    )
+
+    def broker_produce() -> list[ReadableSpan]:
+        return cluster.spans(
+            lambda s: (
+                s.name == "Produce"
+                and _service(s) == BROKER_SERVICE
+                and s.context.trace_id == request.context.trace_id
+            )
+        )
+
+    wait_until(broker_produce, DEADLINE_S, "the broker's span of the HTTP produce")
+    broker = _only(broker_produce())
+    assert broker.parent is not None and broker.parent.is_remote
+    assert broker.parent.span_id == request.context.span_id
+    # The broker sees the gateway's own client id, with the context stripped off.
+    assert _client_id(broker) == "shoal-gateway"
