@@ -44,6 +44,9 @@ TABLE_BEGIN = "<!-- compare:begin -->"
 TABLE_END = "<!-- compare:end -->"
 
 
+WORKLOADS = ("produce", "latency", "backlog", "fanout", "partitions", "http_produce")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--systems", nargs="+", choices=list(SYSTEMS), default=list(SYSTEMS))
@@ -52,8 +55,15 @@ def main() -> None:
     parser.add_argument("--update-readme", action="store_true")
     parser.add_argument("--keep", action="store_true", help="keep the systems' data directory")
     parser.add_argument(
+        "--workloads",
+        nargs="+",
+        choices=WORKLOADS,
+        default=list(WORKLOADS),
+        help="run only these (latency needs produce's maximum, so it brings produce along)",
+    )
+    parser.add_argument(
         "--profile",
-        choices=["produce", "latency", "backlog", "fanout", "partitions"],
+        choices=WORKLOADS,
         help="py-spy on Shoal's servers during this workload (slows them: not for the table)",
     )
     args = parser.parse_args()
@@ -78,7 +88,9 @@ def main() -> None:
                         "copies": target.copies,
                     }
                     profile_dir = out if args.profile and target.kind == "kafka" else None
-                    systems[target.name] = run_target(target, sizes, args.profile, profile_dir)
+                    systems[target.name] = run_target(
+                        target, sizes, args.profile, profile_dir, args.workloads
+                    )
             if not args.keep:
                 shutil.rmtree(root / name, ignore_errors=True)
         copies = {name: d["copies"] for name, d in described.items()}
@@ -109,9 +121,14 @@ def main() -> None:
 
 
 def run_target(
-    target: Target, sizes: Sizes, profile: str | None = None, profile_dir: Path | None = None
+    target: Target,
+    sizes: Sizes,
+    profile: str | None = None,
+    profile_dir: Path | None = None,
+    only: list[str] | None = None,
 ) -> dict[str, Any]:
-    """Each workload in order; one that fails is recorded and the rest still run.
+    """Each workload in order (or those in ``only``); one that fails is recorded and
+    the rest still run.
 
     With ``profile_dir``, the ``profile`` workload runs under py-spy."""
     results: dict[str, Any] = {}
@@ -124,7 +141,12 @@ def run_target(
         ("backlog", lambda: workloads.backlog(target, sizes, progress)),
         ("fanout", lambda: workloads.fanout(target, sizes, progress)),
         ("partitions", lambda: workloads.partitions(target, sizes, progress)),
+        ("http_produce", lambda: workloads.http_produce(target, sizes, progress)),
     ]
+
+    if only is not None:
+        wanted = set(only) | ({"produce"} if "latency" in only else set())
+        steps = [step for step in steps if step[0] in wanted]
 
     def progress(message: str) -> None:
         say(f"{target.name}: {message}")

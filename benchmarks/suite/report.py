@@ -76,6 +76,14 @@ ROWS = (
         "page cache / copies"),
     Row("partitions", "5 100 partitions, 10 producers", "mb_per_core_s", "MB per server core-s",
         True),
+    # Only Shoal's gateway has an HTTP door: figures, not a contest.
+    Row("http_produce", "6 HTTP produce, batches of 200", "mb_per_s", "MB/s", None, _writes,
+        "page cache / copies"),
+    Row("http_produce", "6 HTTP produce, batches of 200", "records_per_s", "records/s", None),
+    Row("http_produce", "6 HTTP produce, batches of 200", "latency_p99_ms", "ms p99 (request)",
+        None),
+    Row("http_produce", "6 HTTP produce, batches of 200", "mb_per_core_s",
+        "MB per server core-s", None),
 )  # fmt: skip
 HEADLINE = {
     "produce": "mb_per_s",

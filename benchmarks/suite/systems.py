@@ -132,10 +132,11 @@ def shoal(root: Path) -> Iterator[list[Target]]:
                 "sasl.password": secret,
             }
             admin = {"admin": direct}
+            http = {"url": gateway.http_url, "username": key_id, "password": secret}
             yield [
                 Target(
                     "shoal-gw-rf3", "kafka",
-                    {**admin, "client": gateway_connection, "producer": all_acks},
+                    {**admin, "client": gateway_connection, "producer": all_acks, "http": http},
                     copies=3, durability=DURABILITY["shoal-gw-rf3"], version=version,
                     pids={**pids, "gateway": gateway.pid}, topic_prefix=f"{TENANT}.", replicas=3,
                 ),

@@ -20,7 +20,7 @@ import time
 from typing import Any
 
 from shoal import loadgen
-from suite import nats_client, redis_client
+from suite import http_client, nats_client, redis_client
 
 SPREAD = {"sticky.partitioning.linger.ms": 0}
 """librdkafka sends each keyless record to a random partition instead of filling
@@ -92,8 +92,19 @@ def _ready() -> None:
     _marks["ready_at"] = time.time()
 
 
+def _http(spec: dict[str, Any], records: int) -> loadgen.Throughput:
+    run = http_client.produce(
+        spec["target"]["connection"], spec["topic"], records, spec["size"], spec.get("warmup", 0)
+    )
+    result: loadgen.Throughput = asyncio.run(run)
+    return result
+
+
 def run(spec: dict[str, Any]) -> dict[str, Any]:
-    do = _kafka if spec["target"]["kind"] == "kafka" else _peer
+    if spec["role"].startswith("http-"):
+        do = _http
+    else:
+        do = _kafka if spec["target"]["kind"] == "kafka" else _peer
     start_at = spec.get("start_at")
     if start_at is not None:
         time.sleep(max(0.0, start_at - time.time()))

@@ -72,6 +72,8 @@ class Sizes:
     partitions: int = 100
     producers: int = 10
     partitions_records: int = 200_000
+    http_records: int = 60_000
+    http_warmup_records: int = 6_000
 
     def scaled(self, factor: float) -> Sizes:
         def n(value: int) -> int:
@@ -88,6 +90,8 @@ class Sizes:
             partitions=self.partitions,
             producers=self.producers,
             partitions_records=n(self.partitions_records),
+            http_records=n(self.http_records),
+            http_warmup_records=n(self.http_warmup_records),
         )
 
 
@@ -347,6 +351,35 @@ def partitions(target: Target, sizes: Sizes, progress: Callable[[str], None]) ->
                 "latency_p99_ms": max(r["result"]["latency"]["p99_ms"] for r in reports),
                 "cpu": cpu.cores,
                 "mb_per_core_s": _per_core(_mb_per_s(total, end - begin), cpu.cores),
+            }
+        )
+    return {**_medians(runs), "runs": runs}
+
+
+def http_produce(target: Target, sizes: Sizes, progress: Callable[[str], None]) -> dict[str, Any]:
+    """(6) Produce through the gateway's HTTP door in batched requests; only targets
+    that have one (the gateway's)."""
+    if "http" not in target.connection:
+        return {"skipped": "no HTTP door"}
+    runs = []
+    for run in range(sizes.runs):
+        topic = create_topic(target, "http", 1)
+        progress(f"HTTP produce run {run + 1}/{sizes.runs}")
+        spec = _spec(
+            target, "http-produce", topic, sizes.http_records, warmup=sizes.http_warmup_records
+        )
+        with ServerCpu(target) as cpu:
+            report = _workers([spec])[0]
+        result = report["result"]
+        runs.append(
+            {
+                "records_per_s": result["records_per_s"],
+                "mb_per_s": result["mb_per_s"],
+                "latency_p50_ms": result["latency"]["p50_ms"],
+                "latency_p99_ms": result["latency"]["p99_ms"],
+                "cpu": cpu.cores,
+                "mb_per_core_s": _per_core(result["mb_per_s"], cpu.cores),
+                "client_cpu": report["cpu_seconds"] / result["seconds"],
             }
         )
     return {**_medians(runs), "runs": runs}
