@@ -323,6 +323,7 @@ class DevCluster:
         text = (
             f"bootstrap   {self.bootstrap}  (gateway, SASL/PLAIN; 3 brokers, RF 3)\n"
             f"http        http://127.0.0.1:{self.http_port}  (API docs at /docs)\n"
+            f"oauth       http://127.0.0.1:{self.http_port}/oauth2/token  (client credentials)\n"
             f"tenant      {DEMO_TENANT}, key {key_id} (secret in client.properties)\n"
             f"brokers     {self.brokers}  (internal, loopback only)\n"
             f"metrics     http://127.0.0.1:{self.http_port}/metrics (gateway),"
