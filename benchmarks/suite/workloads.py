@@ -214,11 +214,26 @@ def _mb_per_s(records: int, seconds: float) -> float:
 
 
 def produce(target: Target, sizes: Sizes, progress: Callable[[str], None]) -> dict[str, Any]:
+    return _one_producer(
+        target, sizes, "produce", sizes.produce_records, sizes.warmup_records, progress
+    )
+
+
+def _one_producer(
+    target: Target,
+    sizes: Sizes,
+    role: str,
+    records: int,
+    warmup: int,
+    progress: Callable[[str], None],
+) -> dict[str, Any]:
+    """One producer process flat out on a fresh one-partition topic, ``sizes.runs``
+    times; medians, and every run."""
     runs = []
     for run in range(sizes.runs):
-        topic = create_topic(target, "produce", 1)
-        progress(f"produce run {run + 1}/{sizes.runs}")
-        spec = _spec(target, "produce", topic, sizes.produce_records, warmup=sizes.warmup_records)
+        topic = create_topic(target, role, 1)
+        progress(f"{role} run {run + 1}/{sizes.runs}")
+        spec = _spec(target, role, topic, records, warmup=warmup)
         with ServerCpu(target) as cpu:
             report = _workers([spec])[0]
         result = report["result"]
@@ -361,28 +376,9 @@ def http_produce(target: Target, sizes: Sizes, progress: Callable[[str], None]) 
     that have one (the gateway's)."""
     if "http" not in target.connection:
         return {"skipped": "no HTTP door"}
-    runs = []
-    for run in range(sizes.runs):
-        topic = create_topic(target, "http", 1)
-        progress(f"HTTP produce run {run + 1}/{sizes.runs}")
-        spec = _spec(
-            target, "http-produce", topic, sizes.http_records, warmup=sizes.http_warmup_records
-        )
-        with ServerCpu(target) as cpu:
-            report = _workers([spec])[0]
-        result = report["result"]
-        runs.append(
-            {
-                "records_per_s": result["records_per_s"],
-                "mb_per_s": result["mb_per_s"],
-                "latency_p50_ms": result["latency"]["p50_ms"],
-                "latency_p99_ms": result["latency"]["p99_ms"],
-                "cpu": cpu.cores,
-                "mb_per_core_s": _per_core(result["mb_per_s"], cpu.cores),
-                "client_cpu": report["cpu_seconds"] / result["seconds"],
-            }
-        )
-    return {**_medians(runs), "runs": runs}
+    return _one_producer(
+        target, sizes, "http-produce", sizes.http_records, sizes.http_warmup_records, progress
+    )
 
 
 def _measured_start(report: dict[str, Any]) -> float:
