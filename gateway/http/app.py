@@ -7,7 +7,7 @@ JSON error body, and answers the probes Kubernetes asks.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -41,6 +41,13 @@ JWT from `/oauth2/token`. Names are the tenant's own; errors are JSON
 """
 
 
+MAX_BODY_BYTES: Final = 8 * 2**20
+"""The largest request body a route reads whole (JSON is parsed in one piece, on
+the event loop, and before the caller is authenticated: the bound keeps an
+anonymous client from filling the gateway's memory). Larger produce requests
+are streamed to ``.../records``, which reads records as they arrive."""
+
+
 def build_api() -> FastAPI:
     """The routes, their documentation and error handling, without the services
     they use: exactly what ``/openapi.json`` describes, so tests can build the
@@ -58,10 +65,10 @@ def build_api() -> FastAPI:
     app.add_exception_handler(StarletteHTTPException, http_error_handler)
     for exception, handler in routes.EXCEPTION_HANDLERS.items():
         app.add_exception_handler(exception, handler)
-    app.include_router(routes.router)
-    app.include_router(keys.router)
-    app.include_router(usage.router)
-    app.include_router(oauth_router)
+    # Set per router, not on the app: the app's limit answers in plain text
+    # before the exception handlers, a router's raises into them (JSON, 41300).
+    for router in (routes.router, keys.router, usage.router, oauth_router):
+        app.include_router(router, max_body_size=MAX_BODY_BYTES)
 
     @app.get("/healthz", tags=["health"], summary="The process is alive")
     async def healthz() -> dict[str, str]:

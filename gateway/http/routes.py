@@ -66,6 +66,10 @@ from shoal.gateway.upstream import UpstreamError
 from starlette.types import Receive, Scope, Send
 
 MAX_PRODUCE_BODY_BYTES: Final = 64 * 2**20
+STREAM_MAX_BODY_BYTES: Final = 2**40
+"""A streamed produce request's records are read and checked one at a time as
+they arrive, so its total is not the app's whole-body bound; this one only
+keeps a counter from running forever."""
 """The largest produce body read whole; longer streams go chunked."""
 NDJSON: Final = "application/x-ndjson"
 
@@ -260,6 +264,7 @@ def _record_schema() -> dict[str, Any]:
 
 @router.post(
     "/{cluster_id}/topics/{topic_name}/records",
+    max_body_size=STREAM_MAX_BODY_BYTES,
     tags=["records"],
     summary="Produce a record, or a stream of records",
     description=_PRODUCE_DESCRIPTION,
