@@ -21,6 +21,7 @@ verifies (it is OpenID Connect's mandatory algorithm).
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, replace
 from typing import Any, Final
@@ -43,14 +44,11 @@ class SigningKey:
 
     def jwk(self) -> RSAKey:
         """The private key, for signing."""
-        return RSAKey.import_key(self.private_pem, self._parameters())
+        return _imported(self.private_pem, self.kid)
 
     def public_jwk(self) -> dict[str, Any]:
         """The public half as a JWK, as published at the JWKS endpoint."""
-        return dict(self.jwk().as_dict(private=False))
-
-    def _parameters(self) -> KeyParameters:
-        return {"kid": self.kid, "alg": ALGORITHM, "use": "sig"}
+        return dict(_public(self.private_pem, self.kid))
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -68,6 +66,26 @@ class SigningKey:
             created_ms=int(data["created_ms"]),
             retired_ms=None if data.get("retired_ms") is None else int(data["retired_ms"]),
         )
+
+
+# Importing an RSA private key checks it, which takes tens of milliseconds of the
+# event loop; the JWKS endpoint (anyone may call it) and every token signed or
+# verified would pay that each time. A ring holds a handful of keys that never
+# change, so each is imported once per process.
+@functools.lru_cache(maxsize=32)
+def _imported(private_pem: str, kid: str) -> RSAKey:
+    parameters: KeyParameters = {"kid": kid, "alg": ALGORITHM, "use": "sig"}
+    return RSAKey.import_key(private_pem, parameters)
+
+
+@functools.lru_cache(maxsize=32)
+def _public(private_pem: str, kid: str) -> dict[str, Any]:
+    return dict(_imported(private_pem, kid).as_dict(private=False))
+
+
+@functools.lru_cache(maxsize=8)
+def _key_set(keys: tuple[SigningKey, ...]) -> KeySet:
+    return KeySet([RSAKey.import_key(k.public_jwk()) for k in keys])
 
 
 def new_signing_key(now_ms: int) -> SigningKey:
@@ -105,7 +123,7 @@ class KeyRing:
         return {"keys": [k.public_jwk() for k in self.keys]}
 
     def verification_keys(self) -> KeySet:
-        return KeySet([RSAKey.import_key(k.public_jwk()) for k in self.keys])
+        return _key_set(self.keys)
 
     def due(self, now_ms: int, period_ms: int) -> bool:
         """Whether the active key has signed for its whole period."""
