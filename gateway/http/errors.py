@@ -43,6 +43,8 @@ class ErrorCode(enum.IntEnum):
     OFFSET_OUT_OF_RANGE = 41600
     UNDECODABLE_RECORD = 42200
     """A stored key or value does not decode in the format asked for."""
+    BATCH_TOO_LARGE_TO_READ = 42201
+    """A stored batch decompresses to more than the read may decode (its max_bytes)."""
     TOO_MANY_REQUESTS = 42900
     INTERNAL = 50000
     KAFKA_ERROR = 50002

@@ -13,11 +13,18 @@ Read (a Shoal extension): one Fetch from the partition's leader, starting at
 an offset or at the first record at or after a timestamp (ListOffsets). The
 batches are decoded here (compressed ones included); records before the asked
 offset (a compressed batch starts earlier) and transaction markers are
-skipped. Reads are READ_UNCOMMITTED.
+skipped. Reads are READ_UNCOMMITTED. Decoding and building the answer run in
+a worker thread (the codecs release the GIL), so a large read does not stall
+other requests, and decompress at most ``read_decode_limit(max_bytes)``
+bytes: a batch that would exceed what is left of it ends the answer before
+that batch, or, when it is the first batch with records to return, is
+refused with BATCH_TOO_LARGE_TO_READ (a decompression bomb produced over the
+Kafka door can inflate ~1 MB into gigabytes).
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import random
@@ -71,8 +78,10 @@ from shoal.records import (
     HEADER_SIZE,
     LOG_OVERHEAD,
     CompressionError,
+    DecompressedTooLargeError,
     InvalidBatchError,
     NewRecord,
+    Record,
     TimestampType,
     build_batch,
     iter_records,
@@ -84,6 +93,10 @@ from shoal.wire import ErrorCode as KafkaCode
 OK: Final = 200
 MAX_OBJECT_BYTES: Final = 16 * 2**20
 """The longest single record object a streamed body may hold."""
+READ_DECODE_RATIO: Final = 16
+"""A read decompresses at most this many times its max_bytes (at least 1 MiB) ..."""
+READ_DECODE_MAX: Final = 128 * 2**20
+"""... and never more than this, whatever its max_bytes."""
 _TOO_LARGE: Final = frozenset({KafkaCode.message_too_large, KafkaCode.record_list_too_large})
 
 
@@ -260,10 +273,25 @@ class RecordsController:
             data = await self.client.fetch(self.topic.name, partition, start, max_bytes)
         except KafkaCallError as exc:
             raise kafka_error(exc.code, exc.message, partition_scoped=True) from None
+        return await asyncio.to_thread(
+            self._answer, data.records or b"", partition, start, max_records, max_bytes, fmt
+        )
+
+    def _answer(
+        self,
+        fetched: bytes,
+        partition: int,
+        start: int,
+        max_records: int,
+        max_bytes: int,
+        fmt: ReadFormat,
+    ) -> ReadRecords:
+        """The fetched batches decoded into the answer (in a worker thread)."""
         records: list[ReadRecord] = []
         next_offset = start
+        limit = read_decode_limit(max_bytes)
         try:
-            for record, batch_end in fetched_records(data.records or b"", start):
+            for record, batch_end in fetched_records(fetched, start, limit):
                 if record is None:
                     next_offset = max(next_offset, batch_end)
                     continue
@@ -283,6 +311,17 @@ class RecordsController:
                     )
                 )
                 next_offset = record.offset + 1
+        except BatchTooLargeError as exc:
+            if not records:  # nothing before it: reading on from next_offset would not help
+                raise ApiError(
+                    ErrorCode.BATCH_TOO_LARGE_TO_READ,
+                    f"the batch at offset {exc.base_offset} decompresses to more than "
+                    f"{limit} bytes, the most a read with max_bytes={max_bytes} decodes "
+                    f"({READ_DECODE_RATIO} x max_bytes of at least 1 MiB, at most "
+                    f"{READ_DECODE_MAX // 2**20} MiB); read it with a larger "
+                    "max_bytes or over the Kafka protocol",
+                ) from None
+            # The answer stops before that batch; next_offset points at it.
         except EncodingError as exc:
             raise ApiError(ErrorCode.UNDECODABLE_RECORD, str(exc)) from None
         except (InvalidBatchError, CompressionError) as exc:
@@ -298,6 +337,20 @@ class RecordsController:
         )
 
 
+def read_decode_limit(max_bytes: int) -> int:
+    """How many bytes of records a read with this max_bytes decompresses at most."""
+    return min(READ_DECODE_MAX, READ_DECODE_RATIO * max(max_bytes, 2**20))
+
+
+class BatchTooLargeError(Exception):
+    """A fetched batch decompresses to more than what is left of the read's limit."""
+
+    def __init__(self, base_offset: int, limit: int) -> None:
+        super().__init__(f"the batch at offset {base_offset} decompresses to over {limit} bytes")
+        self.base_offset = base_offset
+        self.limit = limit
+
+
 @dataclass(frozen=True, slots=True)
 class _Decoded:
     offset: int
@@ -308,15 +361,20 @@ class _Decoded:
     headers: tuple[tuple[str, bytes | None], ...]
 
 
-def fetched_records(buf: bytes, start: int) -> Iterator[tuple[_Decoded | None, int]]:
+def fetched_records(
+    buf: bytes, start: int, limit: int | None = None
+) -> Iterator[tuple[_Decoded | None, int]]:
     """(record, end offset of its batch) from a fetched partition, from ``start``.
 
     After each whole batch comes (None, its next offset), so a caller that
     takes every record moves past offsets a batch skips (compaction, markers).
     A batch cut off at the end of the response (max_bytes) is left for the next read.
+    With ``limit``, the batches decompress to at most that many bytes together:
+    the batch that would go over raises BatchTooLargeError before its records.
     """
     view = memoryview(buf)
     pos = 0
+    left = limit
     while pos + HEADER_SIZE <= len(view):
         _, length = read_offset_and_length(view, pos)
         end = pos + length + LOG_OVERHEAD
@@ -331,7 +389,13 @@ def fetched_records(buf: bytes, start: int) -> Iterator[tuple[_Decoded | None, i
                 if header.timestamp_type is TimestampType.LOG_APPEND_TIME
                 else "CREATE_TIME"
             )
-            for record in iter_records(batch):
+            try:
+                decoded = list(iter_records(batch, left))
+            except DecompressedTooLargeError:
+                raise BatchTooLargeError(header.base_offset, left or 0) from None
+            if left is not None:  # what the batch's records hold, about its decoded size
+                left = max(0, left - sum(_record_size(r) for r in decoded))
+            for record in decoded:
                 if record.offset >= start:
                     yield (
                         _Decoded(
@@ -345,6 +409,14 @@ def fetched_records(buf: bytes, start: int) -> Iterator[tuple[_Decoded | None, i
                         header.next_offset,
                     )
         yield None, header.next_offset
+
+
+def _record_size(record: Record) -> int:
+    return (
+        len(record.key or b"")
+        + len(record.value or b"")
+        + sum(len(n) + len(v or b"") for n, v in record.headers)
+    )
 
 
 def parse_record(text: str | bytes) -> ProduceRecord | ProduceResult:

@@ -16,7 +16,7 @@ from shoal.records.batch import (
     set_partition_leader_epoch,
     validate_batch,
 )
-from shoal.records.compression import CompressionError
+from shoal.records.compression import CompressionError, DecompressedTooLargeError
 from shoal.records.records import BatchOptions, NewRecord, Record, build_batch, iter_records
 
 __all__ = [
@@ -27,6 +27,7 @@ __all__ = [
     "Compression",
     "CompressionError",
     "CorruptBatchError",
+    "DecompressedTooLargeError",
     "InvalidBatchError",
     "NewRecord",
     "Record",

@@ -119,10 +119,17 @@ def _write_bytes(out: bytearray, data: bytes | None) -> None:
         out += data
 
 
-def iter_records(batch: bytes | bytearray | memoryview) -> Iterator[Record]:
-    """Decode the records of one whole batch (validated, decompressed as needed)."""
+def iter_records(
+    batch: bytes | bytearray | memoryview, max_size: int | None = None
+) -> Iterator[Record]:
+    """Decode the records of one whole batch (validated, decompressed as needed).
+
+    With ``max_size``, a batch whose records take more than that many bytes
+    (decompressed) raises :class:`DecompressedTooLargeError` before any record,
+    having held at most about ``max_size`` bytes of them.
+    """
     header = validate_batch(batch)
-    payload = decompress(header.compression, memoryview(batch)[HEADER_SIZE : header.size])
+    payload = decompress(header.compression, memoryview(batch)[HEADER_SIZE : header.size], max_size)
     log_append = header.timestamp_type is TimestampType.LOG_APPEND_TIME
     pos = 0
     for _ in range(header.records_count):

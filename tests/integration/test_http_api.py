@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 import pytest
 import schemathesis
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 from gateway_env import TenantKey
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
@@ -202,6 +202,43 @@ def test_a_record_produced_by_kcat_is_read_over_http_byte_exact(
     as_text = a.get(f"/topics/{TOPIC}/partitions/2/records", params={"format": "string"})
     assert as_text.status_code == 422, as_text.text
     assert as_text.json()["error_code"] == 42200
+
+
+def test_a_zstd_bomb_is_refused_by_an_http_read_not_inflated(
+    pair: tuple[Tenant, Tenant],
+) -> None:
+    """Records of 20 MB of zeros through the Kafka door are a few KB of zstd; a read
+    decodes at most 16 x max_bytes (16 MiB here): it stops before them, then refuses."""
+    a, b = pair
+    topic = unique("bomb")
+    created = a.post("/topics", json={"topic_name": topic, "partitions_count": 1})
+    assert created.status_code == 201, created.text
+    honest = a.post(f"/topics/{topic}/records", json={"value": {"type": "STRING", "data": "ok"}})
+    assert honest.status_code == 200, honest.text
+    producer = Producer(
+        a.key.librdkafka(**{"compression.type": "zstd", "message.max.bytes": 100_000_000})
+    )
+    zeros = bytes(20_000_000)
+    for _ in range(3):
+        producer.produce(topic, zeros, partition=0)
+    assert producer.flush(30) == 0
+
+    path = f"/topics/{topic}/partitions/0/records"
+    first = a.get(path, params={"offset": 0})  # max_bytes 1 MiB: both batches fetched
+    assert first.status_code == 200, first.text
+    assert [base64.b64decode(r["value"]) for r in first.json()["records"]] == [b"ok"]
+    assert first.json()["next_offset"] == 1
+    bomb = a.get(path, params={"offset": 1, "max_bytes": 4096})
+    assert bomb.status_code == 422, bomb.text
+    assert bomb.json()["error_code"] == 42201
+    assert (
+        "the batch at offset 1 decompresses to more than 16777216 bytes" in (bomb.json()["message"])
+    )
+
+    # The gateway serves on, both tenants.
+    assert a.get(f"/topics/{topic}").status_code == 200
+    assert b.get(f"/topics/{TOPIC}").status_code == 200
+    assert a.http.delete(a.url(f"/topics/{topic}")).status_code == 204
 
 
 def test_keyed_records_land_where_librdkafka_puts_them(
