@@ -1,6 +1,6 @@
 """Metrics without processes: error codes found in responses, histogram buckets, what
 the gateway counts per request, group lag with its cap, the broker's gauges and its
-tiny HTTP server."""
+tiny HTTP server (and that the tenants' HTTP app serves no metrics)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import httpx
 import yaml
 from prometheus_client import CollectorRegistry, generate_latest
 from shoal.broker.cluster.model import (
@@ -26,6 +27,7 @@ from shoal.broker.cluster.model import (
 )
 from shoal.broker.metrics import BrokerCollector, RequestMetrics
 from shoal.gateway.group_lag import GroupLag, summarize
+from shoal.gateway.http.app import create_app
 from shoal.gateway.metrics import GatewayCollector, GatewayMetrics
 from shoal.gateway.usage import UsageLedger
 
@@ -291,6 +293,18 @@ async def test_the_metrics_server_serves_a_registry_on_its_own_port() -> None:
     assert b'shoal_gateway_connections{tenant="acme"} 2.0' in answer
 
 
+async def test_the_tenant_facing_http_app_serves_no_metrics() -> None:
+    services = SimpleNamespace(metrics=GatewayMetrics(), tracing=None, cluster=None)
+    app = create_app(services)  # type: ignore[arg-type]
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as client:
+        answer = await client.get("/metrics")
+    assert answer.status_code == 404
+    assert answer.json() == {"error_code": 40400, "message": "Not Found"}
+    # The middleware still counts the app's requests, for the metrics port.
+    assert services.metrics.http_requests.values == {("unmatched", "GET", "4xx"): 1}
+
+
 MONITORING = Path(__file__).resolve().parents[2] / "k8s" / "monitoring"
 
 
@@ -344,7 +358,8 @@ def test_the_service_monitors_select_the_gateway_and_broker_services() -> None:
         (endpoint,) = document["spec"]["endpoints"]
         assert endpoint["path"] == "/metrics"
         ports[labels["app.kubernetes.io/component"]] = endpoint["port"]
-    assert ports == {"gateway": "http", "broker": "metrics"}
+    # The gateway's too: its own port, never the tenant-facing `http` one.
+    assert ports == {"gateway": "metrics", "broker": "metrics"}
     kustomization = yaml.safe_load((MONITORING / "kustomization.yaml").read_text())
     assert kustomization["resources"] == ["servicemonitor.yaml"]
     (generator,) = kustomization["configMapGenerator"]
