@@ -40,7 +40,7 @@ from shoal.broker.coordinator.coordinator import GroupCoordinator
 from shoal.broker.handlers import API_VERSIONS, build_handlers
 from shoal.broker.handlers.base import BrokerServices
 from shoal.broker.log.manager import LogManager, LogManagerSettings
-from shoal.broker.metrics import BrokerCollector, RequestMetrics, broker_registry, serve_metrics
+from shoal.broker.metrics import BrokerCollector, RequestMetrics, broker_registry
 from shoal.broker.producer_ids import ProducerIdManager
 from shoal.broker.replica_manager import ReplicaManager
 from shoal.broker.replication.fetcher import FetcherSettings
@@ -50,6 +50,7 @@ from shoal.broker.server.tracing import BrokerTracing
 from shoal.broker.topic_admin import TopicAdmin
 
 from shoal.host_port import split_host_port
+from shoal.metrics import serve_metrics
 
 log = logging.getLogger(__name__)
 

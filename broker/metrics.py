@@ -16,20 +16,13 @@ controller reports it (partitions with no live leader), so a ``sum`` over
 brokers counts each once. ``topic`` labels carry the brokers' names
 (``<tenant>.<topic>``); the broker knows nothing of tenants.
 
-Serving: a small HTTP server on the broker's own event loop rather than
-prometheus_client's ``start_http_server``, whose thread would run the
-collector while the event loop changes the partition map under it
-("dictionary changed size during iteration"). Scrapes are tiny and rare, so
-sharing the loop costs nothing measurable.
+Serving: :func:`shoal.metrics.serve_metrics`, on the broker's own event loop.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import logging
 from collections.abc import Callable, Iterable
-from typing import Any, Final
+from typing import Any
 
 from prometheus_client import CollectorRegistry, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -44,14 +37,8 @@ from shoal.metrics import (
     api_name,
     error_codes,
     error_name,
-    exposition,
 )
 from shoal.wire import ApiSchema
-
-log = logging.getLogger(__name__)
-
-_HEADER_LIMIT: Final = 16384
-_READ_TIMEOUT_S: Final = 10.0
 
 
 class RequestMetrics:
@@ -181,40 +168,3 @@ def broker_registry(collector: BrokerCollector) -> CollectorRegistry:
     registry.register(collector)
     ProcessCollector(registry=registry)
     return registry
-
-
-def http_answer(request_line: bytes, registry: CollectorRegistry) -> bytes:
-    """The whole HTTP/1.1 answer to one request line (the connection then closes)."""
-    parts = request_line.split()
-    if len(parts) != 3 or parts[0] not in (b"GET", b"HEAD"):
-        return _response(b"405 Method Not Allowed", b"text/plain", b"GET /metrics\n")
-    if parts[1].split(b"?", 1)[0] != b"/metrics":
-        return _response(b"404 Not Found", b"text/plain", b"see /metrics\n")
-    body, content_type = exposition(registry)
-    return _response(b"200 OK", content_type.encode(), b"" if parts[0] == b"HEAD" else body)
-
-
-def _response(status: bytes, content_type: bytes, body: bytes) -> bytes:
-    head = b"HTTP/1.1 %s\r\nContent-Type: %s\r\nContent-Length: %d\r\nConnection: close\r\n\r\n"
-    return head % (status, content_type, len(body)) + body
-
-
-async def serve_metrics(registry: CollectorRegistry, host: str, port: int) -> asyncio.Server:
-    """Answer ``GET /metrics`` on HOST:PORT, one request per connection."""
-
-    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            async with asyncio.timeout(_READ_TIMEOUT_S):
-                head = await reader.readuntil(b"\r\n\r\n")
-            writer.write(http_answer(head.split(b"\r\n", 1)[0], registry))
-            await writer.drain()
-        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, OSError):
-            pass
-        finally:
-            writer.close()
-            with contextlib.suppress(OSError):
-                await writer.wait_closed()
-
-    server = await asyncio.start_server(answer, host, port, limit=_HEADER_LIMIT, reuse_address=True)
-    log.info("event=metrics_listening address=%s:%d", host, server.sockets[0].getsockname()[1])
-    return server

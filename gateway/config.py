@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import socket
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from shoal.host_port import split_host_port
@@ -42,7 +42,11 @@ class GatewayConfig(BaseSettings):
     )
     http_listen: str | None = Field(
         "127.0.0.1:8080",
-        description="HOST:PORT of the HTTP API (also OAuth, /metrics, /healthz); empty for none.",
+        description="HOST:PORT of the HTTP API (also OAuth, /healthz); empty for none.",
+    )
+    metrics_listen: str | None = Field(
+        None,
+        description="HOST:PORT where Prometheus scrapes /metrics; none by default.",
     )
     upstream: str = Field(
         "127.0.0.1:19092",
@@ -114,6 +118,13 @@ class GatewayConfig(BaseSettings):
     )
     log_level: str = Field("INFO", description="Logging level.")
     log_format: str = Field("text", description="Log line format: text (key=value) or json.")
+
+    @field_validator("metrics_listen")
+    @classmethod
+    def _host_port(cls, value: str | None) -> str | None:
+        if value is not None:
+            split_host_port(value)
+        return value
 
     @model_validator(mode="after")
     def _tls_complete(self) -> GatewayConfig:

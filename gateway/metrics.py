@@ -1,4 +1,9 @@
-"""The gateway's Prometheus metrics, served at ``/metrics`` on its HTTP port.
+"""The gateway's Prometheus metrics, served at ``/metrics`` on ``--metrics-listen``.
+
+Never on the HTTP port: that is the tenants' door, and these series name
+every tenant, their groups and topics. :func:`serve_gateway_metrics` answers
+scrapes on a listener of its own (:func:`shoal.metrics.serve_metrics`, as the
+broker's), off unless configured; the HTTP app only has its requests counted.
 
 Where each number comes from:
 
@@ -29,12 +34,12 @@ question (which tenant is slow) that the request counters answer well enough.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import TYPE_CHECKING, Any, Final
 
 from fastapi import FastAPI
-from fastapi.responses import Response
 from prometheus_client import CollectorRegistry, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -46,7 +51,7 @@ from shoal.metrics import (
     api_name,
     error_codes,
     error_name,
-    exposition,
+    serve_metrics,
 )
 from shoal.wire import ApiSchema
 
@@ -253,13 +258,14 @@ class HttpMetricsMiddleware:
 
 
 def install_metrics(app: FastAPI, services: GatewayServices) -> None:
-    """Count the app's requests and serve ``/metrics`` (unauthenticated, as scrapers expect)."""
-    registry = gateway_registry(services)
+    """Count the app's requests. The app serves no ``/metrics``: it faces tenants."""
     app.add_middleware(HttpMetricsMiddleware, metrics=services.metrics)
 
-    # Async on purpose: it runs on the event loop, never in a worker thread
-    # beside the sessions that change what it reads.
-    @app.get("/metrics", include_in_schema=False)
-    async def metrics() -> Response:
-        body, content_type = exposition(registry)
-        return Response(body, media_type=content_type)
+
+async def serve_gateway_metrics(services: GatewayServices, host: str, port: int) -> asyncio.Server:
+    """Answer ``GET /metrics`` on HOST:PORT (unauthenticated, as scrapers expect).
+
+    The collectors run on the event loop, never in a thread beside the
+    sessions that change what they read.
+    """
+    return await serve_metrics(gateway_registry(services), host, port)

@@ -29,7 +29,7 @@ from shoal.gateway.http.app import create_app
 from shoal.gateway.http.auth import TokenAuthority
 from shoal.gateway.http.serving import EmbeddedServer, embedded_server
 from shoal.gateway.membership import GatewayMembership
-from shoal.gateway.metrics import GatewayMetrics
+from shoal.gateway.metrics import GatewayMetrics, serve_gateway_metrics
 from shoal.gateway.oauth.authority import gateway_tokens
 from shoal.gateway.oauth.keystore import SigningKeyStore
 from shoal.gateway.quotas import QuotaConfig, QuotaManager
@@ -47,6 +47,7 @@ log = logging.getLogger(__name__)
 _STARTUP_RETRY_S: Final = 1.0
 _STARTUP_TIMEOUT_S: Final = 120.0
 _HTTP_TASK: Final = "gateway-http"
+_METRICS_CLOSE_S: Final = 5.0
 
 
 def offered_versions(
@@ -205,6 +206,7 @@ class Gateway:
             tenancy.on_change.append(lambda snapshot: self._close_revoked(services, snapshot))
             background: list[asyncio.Task[None]] = []
             http: EmbeddedServer | None = None
+            metrics: asyncio.Server | None = None
             try:
                 await self._start(services, stop)
                 if stop.is_set():
@@ -224,11 +226,17 @@ class Gateway:
                 if config.http_listen:
                     http = await self._start_http(services, config.http_listen, background)
                     ports += f", HTTP {config.http_listen}"
+                if config.metrics_listen:
+                    host, port = split_host_port(config.metrics_listen)
+                    metrics = await serve_gateway_metrics(services, host, port)
+                    ports += f", metrics {config.metrics_listen}"
                 log.info("event=gateway_ready listeners=%s", ports.replace(" ", "_"))
                 await stop.wait()
             finally:
                 if http is not None:
                     http.should_exit = True
+                if metrics is not None:
+                    metrics.close()
                 for task in background:
                     if task.get_name() != _HTTP_TASK:
                         task.cancel()
@@ -238,6 +246,9 @@ class Gateway:
                 for session in self._sessions:
                     session.cancel()
                 await asyncio.gather(*self._sessions, *background, return_exceptions=True)
+                if metrics is not None:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(metrics.wait_closed(), _METRICS_CLOSE_S)
                 cluster.close()
                 await membership.close()
 

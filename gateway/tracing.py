@@ -37,8 +37,9 @@ from shoal.tracing import RPC_METHOD, RPC_SYSTEM_NAME, record_response, request_
 from shoal.wire import ApiSchema, RequestHeader
 
 SHOAL_TENANT: Final = "shoal.tenant"
-_UNTRACED_PATHS: Final = "/healthz,/readyz,/metrics"
-"""Probes and scrapes: a span every few seconds that tells nobody anything."""
+_UNTRACED_PATHS: Final = "/healthz,/readyz"
+"""Probes: a span every few seconds that tells nobody anything. (Scrapes are not
+the HTTP app's: ``/metrics`` has a listener of its own.)"""
 _PROPAGATOR: Final = TraceContextTextMapPropagator()
 
 

@@ -18,12 +18,23 @@ top level, per topic, per partition, per resource). :func:`error_codes`
 walks only the fields that can hold one: a plan per response class, made
 once from the schema, lists them, so a fetch response's records, or a
 produce response's offsets, are never looked at.
+
+Serving (:func:`serve_metrics`): a small HTTP server on the component's own
+event loop rather than prometheus_client's ``start_http_server``, whose
+thread would run the collectors while the event loop changes what they read
+(the broker's partition map, the gateway's sessions: "dictionary changed size
+during iteration"). Scrapes are tiny and rare, so sharing the loop costs
+nothing measurable. It listens on a port of its own (``--metrics-listen``),
+never on a tenant-facing one: the gateway's series name every tenant.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
 import enum
+import logging
 import types
 import typing
 from bisect import bisect_left
@@ -32,6 +43,8 @@ from typing import Any, Final
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
+
+log = logging.getLogger(__name__)
 
 LATENCY_BUCKETS_S: Final = (
     0.0005,
@@ -117,6 +130,49 @@ class LabeledHistogram:
 def exposition(registry: CollectorRegistry) -> tuple[bytes, str]:
     """The text exposition of a registry, and its content type."""
     return generate_latest(registry), CONTENT_TYPE_LATEST
+
+
+# -- serving --------------------------------------------------------------------------
+
+_HEADER_LIMIT: Final = 16384
+_READ_TIMEOUT_S: Final = 10.0
+
+
+def http_answer(request_line: bytes, registry: CollectorRegistry) -> bytes:
+    """The whole HTTP/1.1 answer to one request line (the connection then closes)."""
+    parts = request_line.split()
+    if len(parts) != 3 or parts[0] not in (b"GET", b"HEAD"):
+        return _response(b"405 Method Not Allowed", b"text/plain", b"GET /metrics\n")
+    if parts[1].split(b"?", 1)[0] != b"/metrics":
+        return _response(b"404 Not Found", b"text/plain", b"see /metrics\n")
+    body, content_type = exposition(registry)
+    return _response(b"200 OK", content_type.encode(), b"" if parts[0] == b"HEAD" else body)
+
+
+def _response(status: bytes, content_type: bytes, body: bytes) -> bytes:
+    head = b"HTTP/1.1 %s\r\nContent-Type: %s\r\nContent-Length: %d\r\nConnection: close\r\n\r\n"
+    return head % (status, content_type, len(body)) + body
+
+
+async def serve_metrics(registry: CollectorRegistry, host: str, port: int) -> asyncio.Server:
+    """Answer ``GET /metrics`` on HOST:PORT, one request per connection."""
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            async with asyncio.timeout(_READ_TIMEOUT_S):
+                head = await reader.readuntil(b"\r\n\r\n")
+            writer.write(http_answer(head.split(b"\r\n", 1)[0], registry))
+            await writer.drain()
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, OSError):
+            pass
+        finally:
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
+
+    server = await asyncio.start_server(answer, host, port, limit=_HEADER_LIMIT, reuse_address=True)
+    log.info("event=metrics_listening address=%s:%d", host, server.sockets[0].getsockname()[1])
+    return server
 
 
 # -- error codes in responses ---------------------------------------------------------

@@ -1,4 +1,5 @@
-"""The gateway's HTTP application: tenant routes, OAuth, health and metrics.
+"""The gateway's HTTP application: tenant routes, OAuth and health (metrics are
+served on a port of their own, :mod:`shoal.gateway.metrics`).
 
 Routes live in routers of their own modules; this one assembles them, maps
 :class:`~shoal.gateway.http.errors.ApiError` and validation failures onto the

@@ -103,8 +103,8 @@ def dev(
         int,
         typer.Option(
             envvar="SHOAL_DEV_METRICS_PORT",
-            help="Broker 0's Prometheus /metrics port; brokers 1 and 2 take the next two"
-            " (the gateway's /metrics is on its HTTP port).",
+            help="Broker 0's Prometheus /metrics port; brokers 1 and 2 take the next two,"
+            " the gateway the one after (port + 3).",
         ),
     ] = 19192,
 ) -> None:
@@ -122,6 +122,7 @@ def dev(
         wanted += [(etcd_port, "etcd"), (etcd_port + 1, "etcd peer")]
         wanted += [(http_port, "gateway HTTP API")]
         wanted += [(metrics_port + i, f"broker {i} metrics") for i in range(BROKERS)]
+        wanted += [(metrics_port + BROKERS, "gateway metrics")]
         for number, what in wanted:
             _check_port_free(number, what)
         cluster = DevCluster(data_dir, port, broker_port, etcd_port, http_port, metrics_port)
@@ -155,6 +156,11 @@ class DevCluster:
     def bootstrap(self) -> str:
         """The gateway: where tenants connect."""
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def gateway_metrics_port(self) -> int:
+        """After the brokers' metrics ports; never the HTTP port, which tenants reach."""
+        return self.metrics_port + BROKERS
 
     @property
     def brokers(self) -> str:
@@ -244,6 +250,7 @@ class DevCluster:
             "gateway",
             f"--listen=127.0.0.1:{self.port}",
             f"--http-listen=127.0.0.1:{self.http_port}",
+            f"--metrics-listen=127.0.0.1:{self.gateway_metrics_port}",
             f"--upstream={self.brokers}",
             f"--etcd={etcd_url}",
             "--gateway-id=dev",
@@ -326,7 +333,7 @@ class DevCluster:
             f"oauth       http://127.0.0.1:{self.http_port}/oauth2/token  (client credentials)\n"
             f"tenant      {DEMO_TENANT}, key {key_id} (secret in client.properties)\n"
             f"brokers     {self.brokers}  (internal, loopback only)\n"
-            f"metrics     http://127.0.0.1:{self.http_port}/metrics (gateway),"
+            f"metrics     http://127.0.0.1:{self.gateway_metrics_port}/metrics (gateway),"
             f" http://127.0.0.1:{self.metrics_port}-{self.metrics_port + BROKERS - 1}/metrics"
             " (brokers)\n"
             f"etcd        {etcd_url}\n"

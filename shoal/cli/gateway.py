@@ -33,6 +33,9 @@ def gateway(
     http_listen: Annotated[
         str | None, typer.Option(envvar="SHOAL_HTTP_LISTEN", help=_doc("http_listen"))
     ] = None,
+    metrics_listen: Annotated[
+        str | None, typer.Option(envvar="SHOAL_METRICS_LISTEN", help=_doc("metrics_listen"))
+    ] = None,
     advertise_host: Annotated[
         str | None, typer.Option(envvar="SHOAL_ADVERTISE_HOST", help=_doc("advertise_host"))
     ] = None,
@@ -74,6 +77,7 @@ def gateway(
         "tls_cert": tls_cert,
         "tls_key": tls_key,
         "http_listen": http_listen,
+        "metrics_listen": metrics_listen,
         "advertise_host": advertise_host,
         "upstream": upstream,
         "gateway_id": gateway_id,

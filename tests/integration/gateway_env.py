@@ -72,6 +72,7 @@ class GatewayProcess:
         self.port = free_port_block(brokers + 1)
         self.tls_port = free_port_block(brokers + 1) if tls is not None else None
         self.http_port = free_port_block(1)
+        self.metrics_port = free_port_block(1)
         self.gateway_id = gateway_id or f"test-{self.port}"
         directory.mkdir(parents=True, exist_ok=True)
         self.log_path = directory / f"gateway-{self.port}.log"
@@ -86,6 +87,11 @@ class GatewayProcess:
         return f"http://127.0.0.1:{self.http_port}"
 
     @property
+    def metrics_url(self) -> str:
+        """Where Prometheus scrapes: a listener of its own, not the tenants' HTTP port."""
+        return f"http://127.0.0.1:{self.metrics_port}/metrics"
+
+    @property
     def tls_bootstrap(self) -> str:
         assert self.tls_port is not None
         return f"127.0.0.1:{self.tls_port}"
@@ -96,6 +102,7 @@ class GatewayProcess:
             f"--etcd={self.etcd_url}",
             f"--listen=127.0.0.1:{self.port}",
             f"--http-listen=127.0.0.1:{self.http_port}",
+            f"--metrics-listen=127.0.0.1:{self.metrics_port}",
             f"--upstream={self.upstream}",
             f"--gateway-id={self.gateway_id}",
         ]  # fmt: skip

@@ -16,13 +16,13 @@ from harness import free_port_block, wait_until
 
 
 def start_dev(
-    data_dir: Path, port: int, broker_port: int, etcd_port: int, metrics_port: int
+    data_dir: Path, port: int, broker_port: int, etcd_port: int, http_port: int, metrics_port: int
 ) -> subprocess.Popen[bytes]:
     with open(data_dir.parent / "dev-output.log", "ab") as output:
         return subprocess.Popen(
             [sys.executable, "-P", "-m", "shoal", "dev", f"--data-dir={data_dir}",
              f"--port={port}", f"--broker-port={broker_port}", f"--etcd-port={etcd_port}",
-             f"--metrics-port={metrics_port}"],
+             f"--http-port={http_port}", f"--metrics-port={metrics_port}"],
             stdout=output,
             stderr=output,
         )  # fmt: skip
@@ -59,8 +59,9 @@ def kcat(properties: Path, *args: str, stdin: bytes | None = None) -> bytes:
 def test_dev_cluster_lifecycle(tmp_path: Path) -> None:
     data_dir = tmp_path / "shoal"
     port, broker_port, etcd_port = free_port_block(4), free_port_block(3), free_port_block(2)
-    metrics_port = free_port_block(3)
-    dev = start_dev(data_dir, port, broker_port, etcd_port, metrics_port)
+    # Brokers' /metrics at metrics_port + n, the gateway's at metrics_port + 3.
+    http_port, metrics_port = free_port_block(1), free_port_block(4)
+    dev = start_dev(data_dir, port, broker_port, etcd_port, http_port, metrics_port)
     try:
         properties = data_dir / "client.properties"
         wait_until(properties.exists, 90, "client.properties")
@@ -82,6 +83,12 @@ def test_dev_cluster_lifecycle(tmp_path: Path) -> None:
         for node in range(3):
             scraped = httpx.get(f"http://127.0.0.1:{metrics_port + node}/metrics", timeout=10)
             assert "shoal_broker_partitions " in scraped.text
+        scraped = httpx.get(f"http://127.0.0.1:{metrics_port + 3}/metrics", timeout=10)
+        assert "shoal_gateway_connections" in scraped.text
+        # Not on the tenants' HTTP door: there it is an unknown path like any other.
+        answer = httpx.get(f"http://127.0.0.1:{http_port}/metrics", timeout=10)
+        assert answer.status_code == 404
+        assert answer.json()["error_code"] == 40400
         listing = kcat(properties, "-L")
         assert b"3 brokers:" in listing
         assert all(
@@ -154,7 +161,7 @@ def test_dev_cluster_lifecycle(tmp_path: Path) -> None:
             dev.wait()
 
     properties.unlink()
-    again = start_dev(data_dir, port, broker_port, etcd_port, metrics_port)
+    again = start_dev(data_dir, port, broker_port, etcd_port, http_port, metrics_port)
     try:
         wait_until(properties.exists, 90, "client.properties after restart")
         assert f"sasl.username={key_id}" in properties.read_text(), "the demo key is kept"

@@ -1,11 +1,13 @@
 """Prometheus metrics after a known workload: what an operator's dashboard would show.
 
-One broker (with ``--metrics-listen``) behind one gateway. Two tenants write
-and read known amounts with confluent-kafka; the gateway's ``/metrics`` must
+One broker (with ``--metrics-listen``) behind one gateway (with its own
+``--metrics-listen``). Two tenants write and read known amounts with
+confluent-kafka; the gateway's ``/metrics`` must
 show each tenant its own bytes (the records plus no more than the protocol's
 framing), a refused produce under its Kafka error name, a failed login, and
 a consumer group's lag; the broker's ``/metrics`` must show the partitions it
-hosts and leads.
+hosts and leads. The tenants' HTTP port serves no ``/metrics``: its series name
+every tenant.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ class Cluster:
 
     @property
     def gateway_metrics(self) -> str:
-        return f"{self.gateway_cluster.gateway.http_url}/metrics"
+        return self.gateway_cluster.gateway.metrics_url
 
 
 @pytest.fixture(scope="module")
@@ -204,6 +206,22 @@ def test_http_requests_are_counted_by_route_template(cluster: Cluster) -> None:
     unmatched = {"route": "unmatched", "method": "GET", "status": "4xx"}
     assert value(samples, "shoal_gateway_http_requests_total", **unmatched) >= 1
     assert not any("/no/such/thing" in str(labels) for _, labels in samples)
+
+
+def test_the_tenant_facing_http_port_serves_no_metrics(cluster: Cluster) -> None:
+    owner = cluster.gateway_cluster.tenant("metrics-e")
+    create_topic(owner, "private")
+    produce(owner, "private", 5, 100)
+    consume(owner, "private", 5, "secret-readers")
+    scraped = httpx.get(cluster.gateway_metrics, timeout=10).text
+    assert 'tenant="metrics-e"' in scraped, "the series do name the tenant, on their own port"
+    answer = httpx.get(f"{cluster.gateway_cluster.gateway.http_url}/metrics", timeout=10)
+    assert answer.status_code == 404
+    assert answer.headers["content-type"] == "application/json"
+    assert answer.json() == {"error_code": 40400, "message": "Not Found"}
+    for name in ("metrics-e", "metrics-a", "metrics-b", "metrics-c", "private", "secret-readers"):
+        assert name not in answer.text
+    assert "shoal_" not in answer.text
 
 
 def test_the_broker_shows_its_partitions_and_log_sizes(cluster: Cluster) -> None:

@@ -73,10 +73,8 @@ def test_service_monitor_scrapes_gateway_and_broker_metrics_ports(helm: str) -> 
     assert spec["selector"]["matchLabels"]["app.kubernetes.io/name"] == "shoal"
     (components,) = spec["selector"]["matchExpressions"]
     assert set(components["values"]) == {"gateway", "broker"}
-    assert {(e["port"], e["path"]) for e in spec["endpoints"]} == {
-        ("http", "/metrics"),
-        ("metrics", "/metrics"),
-    }
+    # Gateways too: on their own metrics port, never the tenants' `http` port.
+    assert [(e["port"], e["path"]) for e in spec["endpoints"]] == [("metrics", "/metrics")]
 
 
 def test_monitoring_is_off_unless_asked(helm: str) -> None:

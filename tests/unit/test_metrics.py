@@ -1,9 +1,10 @@
 """Metrics without processes: error codes found in responses, histogram buckets, what
 the gateway counts per request, group lag with its cap, the broker's gauges and its
-tiny HTTP answer."""
+tiny HTTP server (and that the tenants' HTTP app serves no metrics)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import uuid
@@ -11,6 +12,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import httpx
 import yaml
 from prometheus_client import CollectorRegistry, generate_latest
 from shoal.broker.cluster.model import (
@@ -23,12 +25,13 @@ from shoal.broker.cluster.model import (
     TopicName,
     TopicRecord,
 )
-from shoal.broker.metrics import BrokerCollector, RequestMetrics, http_answer
+from shoal.broker.metrics import BrokerCollector, RequestMetrics
 from shoal.gateway.group_lag import GroupLag, summarize
+from shoal.gateway.http.app import create_app
 from shoal.gateway.metrics import GatewayCollector, GatewayMetrics
 from shoal.gateway.usage import UsageLedger
 
-from shoal.metrics import LabeledHistogram, error_codes, error_name
+from shoal.metrics import LabeledHistogram, error_codes, error_name, http_answer, serve_metrics
 from shoal.wire import ErrorCode, schema
 
 E = ErrorCode
@@ -263,13 +266,43 @@ def test_gateway_usage_and_connections_come_from_the_ledger_and_sessions() -> No
     assert value("shoal_gateway_connections", {"tenant": "acme"}) == 2
 
 
-def test_the_broker_metrics_server_answers_only_get_metrics() -> None:
+def test_the_metrics_server_answers_only_get_metrics() -> None:
     registry = CollectorRegistry(auto_describe=False)
     assert http_answer(b"GET /metrics HTTP/1.1", registry).startswith(b"HTTP/1.1 200 OK\r\n")
     assert http_answer(b"GET /metrics?x=1 HTTP/1.1", registry).startswith(b"HTTP/1.1 200")
     assert http_answer(b"GET / HTTP/1.1", registry).startswith(b"HTTP/1.1 404")
     assert http_answer(b"POST /metrics HTTP/1.1", registry).startswith(b"HTTP/1.1 405")
     assert http_answer(b"garbage", registry).startswith(b"HTTP/1.1 405")
+
+
+async def test_the_metrics_server_serves_a_registry_on_its_own_port() -> None:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(gateway_collector())
+    server = await serve_metrics(registry, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        answer = await reader.read()
+        writer.close()
+        await writer.wait_closed()
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert answer.startswith(b"HTTP/1.1 200 OK\r\n")
+    assert b'shoal_gateway_connections{tenant="acme"} 2.0' in answer
+
+
+async def test_the_tenant_facing_http_app_serves_no_metrics() -> None:
+    services = SimpleNamespace(metrics=GatewayMetrics(), tracing=None, cluster=None)
+    app = create_app(services)  # type: ignore[arg-type]
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as client:
+        answer = await client.get("/metrics")
+    assert answer.status_code == 404
+    assert answer.json() == {"error_code": 40400, "message": "Not Found"}
+    # The middleware still counts the app's requests, for the metrics port.
+    assert services.metrics.http_requests.values == {("unmatched", "GET", "4xx"): 1}
 
 
 MONITORING = Path(__file__).resolve().parents[2] / "k8s" / "monitoring"
@@ -325,7 +358,8 @@ def test_the_service_monitors_select_the_gateway_and_broker_services() -> None:
         (endpoint,) = document["spec"]["endpoints"]
         assert endpoint["path"] == "/metrics"
         ports[labels["app.kubernetes.io/component"]] = endpoint["port"]
-    assert ports == {"gateway": "http", "broker": "metrics"}
+    # The gateway's too: its own port, never the tenant-facing `http` one.
+    assert ports == {"gateway": "metrics", "broker": "metrics"}
     kustomization = yaml.safe_load((MONITORING / "kustomization.yaml").read_text())
     assert kustomization["resources"] == ["servicemonitor.yaml"]
     (generator,) = kustomization["configMapGenerator"]
