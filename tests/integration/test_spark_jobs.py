@@ -135,9 +135,8 @@ def spark_submit(job: str, *args: str, log: Path) -> None:
 def shoal(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shoal]:
     root = tmp_path_factory.mktemp("spark-jobs")
     data_dir = root / "shoal"
-    dev = start_dev(
-        data_dir, free_port_block(4), free_port_block(3), free_port_block(2), free_port_block(4)
-    )
+    ports = [free_port_block(n) for n in (4, 3, 2, 1, 4)]  # gateway, brokers, etcd, HTTP, metrics
+    dev = start_dev(data_dir, *ports)
     try:
         properties = data_dir / "client.properties"
         wait_until(lambda: properties.exists() or dev.poll() is not None, 90, "shoal dev")
