@@ -17,7 +17,7 @@ $(BIN)/python:
 # Strict editable installs link each file: new modules need a reinstall, so
 # the stamps also depend on the package folders (their mtimes change when a
 # file is added or removed).
-PACKAGE_DIRS := $(shell find shoal broker tenancy gateway connector -type d -not -name __pycache__)
+PACKAGE_DIRS := $(shell find shoal broker tenancy gateway connector operator -type d -not -name __pycache__)
 
 $(VENV)/.installed-dev: pyproject.toml $(PACKAGE_DIRS) | $(BIN)/python
 	$(PIP_INSTALL) -e '.[dev]' $(EDITABLE)

@@ -1,0 +1,93 @@
+"""Names and addresses of a Cluster's children: one place, so builders and actions agree.
+
+A Cluster ``demo`` in namespace ``prod`` has the StatefulSets ``demo-etcd``
+and ``demo-broker`` (each with a headless Service of the same name), the etcd
+client Service ``demo-etcd-client``, and the gateway Deployment and Service
+``demo-gateway``. Broker ``n`` is the pod ``demo-broker-n``, whose node id is
+``n``; its internal listener is ``demo-broker-n.demo-broker.prod.svc:19092``.
+The gateway's Kafka bootstrap port is 9092 and broker ``n`` is at 9093+n on
+the same Service, as ``shoal gateway`` lays out its listeners.
+
+The operator reaches a Cluster through :class:`ClusterEndpoints`. In a pod
+these are Service DNS names; tests and operators run outside the cluster give
+their own resolver instead (see :data:`EndpointResolver`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+BROKER_PORT = 19092
+"""Brokers' internal listener (no authentication: NetworkPolicies keep it private)."""
+GATEWAY_KAFKA_PORT = 9092
+"""Gateway bootstrap; broker n is at GATEWAY_KAFKA_PORT + 1 + n."""
+GATEWAY_HTTP_PORT = 8080
+ETCD_CLIENT_PORT = 2379
+ETCD_PEER_PORT = 2380
+METRICS_PORT = 9404
+ETCD_ROOT = "/shoal"
+"""The chroot every component of a Cluster keeps its etcd keys under."""
+
+
+def etcd_name(cluster: str) -> str:
+    return f"{cluster}-etcd"
+
+
+def etcd_client_name(cluster: str) -> str:
+    """The etcd client Service (ClusterIP); ``etcd_name`` is the peers' headless one."""
+    return f"{cluster}-etcd-client"
+
+
+def broker_name(cluster: str) -> str:
+    return f"{cluster}-broker"
+
+
+def gateway_name(cluster: str) -> str:
+    return f"{cluster}-gateway"
+
+
+def broker_pod(cluster: str, node_id: int) -> str:
+    return f"{broker_name(cluster)}-{node_id}"
+
+
+def gateway_broker_port(node_id: int) -> int:
+    return GATEWAY_KAFKA_PORT + 1 + node_id
+
+
+def key_secret_name(tenant: str, key: str) -> str:
+    """The Secret holding one of a tenant's API keys (``shoal-<tenant>-<key>``)."""
+    return f"shoal-{tenant}-{key}"
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterEndpoints:
+    """How the operator, and a tenant's clients, reach one Cluster."""
+
+    etcd_url: str
+    """etcd with the cluster's chroot, as ``shoal broker --etcd`` takes it."""
+    brokers_bootstrap: str
+    """Comma-separated internal listeners of the brokers, for the Kafka admin protocol."""
+    gateway_bootstrap: str
+    """What a tenant's Kafka client puts in bootstrap.servers."""
+    gateway_http: str
+    """Base URL of the gateway's HTTP API."""
+
+
+EndpointResolver = Callable[[str, str, int], ClusterEndpoints]
+"""(namespace, cluster name, broker count) -> endpoints."""
+
+
+def in_cluster_endpoints(namespace: str, cluster: str, brokers: int) -> ClusterEndpoints:
+    """The Service DNS names, as seen from a pod in the same Kubernetes cluster."""
+    domain = f"{namespace}.svc"
+    brokers_service = f"{broker_name(cluster)}.{domain}"
+    gateway_host = f"{gateway_name(cluster)}.{domain}"
+    return ClusterEndpoints(
+        etcd_url=f"http://{etcd_client_name(cluster)}.{domain}:{ETCD_CLIENT_PORT}{ETCD_ROOT}",
+        brokers_bootstrap=",".join(
+            f"{broker_pod(cluster, n)}.{brokers_service}:{BROKER_PORT}" for n in range(brokers)
+        ),
+        gateway_bootstrap=f"{gateway_host}:{GATEWAY_KAFKA_PORT}",
+        gateway_http=f"http://{gateway_host}:{GATEWAY_HTTP_PORT}",
+    )
