@@ -1,0 +1,363 @@
+"""A fake Kubernetes API for the operator's tests: kmock's emulator plus a small shim.
+
+No Kubernetes API server can run here (../shared/DESIGN.md), so kopf and
+:class:`shoal.operator.kube.KubeClient` talk to kmock's
+:class:`~kmock.KubernetesEmulator` (pinned: 0.8) over real HTTP. It serves
+API discovery, list, watch streams (ADDED/MODIFIED/DELETED), get, create
+(409 when the object exists), merge-patch, delete, 404s, and finalizers
+(DELETE of an object with finalizers sets deletionTimestamp; the object goes
+once they are empty). :class:`FakeKubeApi` adds what kopf and our handlers
+rely on and kmock 0.8 does not do:
+
+* ``metadata.resourceVersion`` on every write (kopf waits for the version
+  its own patch produced to come back through the watch stream), and
+  ``uid``, ``creationTimestamp`` and ``generation`` (bumped when anything but
+  metadata and status changes) as the API server sets them;
+* the ``/status`` subresource: a PATCH there changes only ``status``, and a
+  PATCH of the object leaves ``status`` alone, for kinds that have one;
+* JSON-patch (``application/json-patch+json``, with ``test`` ops): kopf adds
+  and removes its finalizers that way; a failed test is a 422;
+* ``labelSelector`` on lists (equality and existence terms).
+
+Served kinds are kmock's bundled built-ins (a recent K3s) and our three CRDs
+from ``k8s/crds``. What stays missing: no garbage collector (owner
+references are stored, dependents are not deleted), no admission or schema
+validation, no controllers. :func:`run_statefulset_controller` stands in for
+the one controller the operator's roller needs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import datetime
+import itertools
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+import jsonpatch
+import kmock
+import yaml
+from kmock._internal import enums, rendering
+from kmock._internal.k8s import KubernetesEmulator, KubernetesError
+
+CRD_DIR = Path(__file__).resolve().parent.parent / "k8s" / "crds"
+VERBS = {"create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"}
+WRITES = {enums.action.CREATE, enums.action.UPDATE, enums.action.DELETE}
+
+
+def _now() -> str:
+    return datetime.datetime.now(tz=datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _merge_patch_between(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """A merge-patch turning ``old`` into ``new`` (None removes a key), as kmock applies one."""
+    patch: dict[str, Any] = {key: None for key in old if key not in new}
+    for key, value in new.items():
+        before = old.get(key)
+        if isinstance(value, Mapping) and isinstance(before, Mapping):
+            nested = _merge_patch_between(before, value)
+            if nested:
+                patch[key] = nested
+        elif value != before or key not in old:
+            patch[key] = copy.deepcopy(value)
+    return patch
+
+
+def _merged(base: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
+    result = copy.deepcopy(dict(base))
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        elif isinstance(value, Mapping) and isinstance(result.get(key), Mapping):
+            result[key] = _merged(result[key], value)
+        else:
+            result[key] = copy.deepcopy(value)
+    return result
+
+
+def _selected(labels: Mapping[str, str], selector: str) -> bool:
+    for term in filter(None, (t.strip() for t in selector.split(","))):
+        if "!=" in term:
+            key, value = term.split("!=", 1)
+            if labels.get(key) == value:
+                return False
+        elif "=" in term:
+            key, value = term.replace("==", "=").split("=", 1)
+            if labels.get(key) != value:
+                return False
+        elif term.startswith("!"):
+            if term[1:] in labels:
+                return False
+        elif term not in labels:
+            return False
+    return True
+
+
+@attrs.define(kw_only=True)
+class FakeKubeApi(KubernetesEmulator):
+    """kmock's emulator with the shim above; serves built-ins and the Shoal CRDs."""
+
+    _versions: itertools.count[int] = attrs.field(factory=lambda: itertools.count(1), init=False)
+    _write_lock: asyncio.Lock = attrs.field(factory=asyncio.Lock, init=False)
+
+    def __attrs_post_init__(self) -> None:
+        super().__attrs_post_init__()
+        self.resources.load_bundled()
+        for path in sorted(CRD_DIR.glob("*.yaml")):
+            crd = yaml.safe_load(path.read_text())
+            names = crd["spec"]["names"]
+            for version in crd["spec"]["versions"]:
+                key = f"{crd['spec']['group']}/{version['name']}/{names['plural']}"
+                self.resources[key] = kmock.ResourceInfo(
+                    kind=names["kind"],
+                    singular=names["singular"],
+                    namespaced=crd["spec"]["scope"] == "Namespaced",
+                    verbs=VERBS,
+                    shortnames=set(names.get("shortNames", [])),
+                    categories=set(names.get("categories", [])),
+                    subresources=set(version.get("subresources", {})),
+                )
+
+    def _has_status(self, resource: kmock.resource) -> bool:
+        return resource in self.resources and "status" in self.resources[resource].subresources
+
+    def _next_version(self) -> str:
+        return str(next(self._versions))
+
+    async def _handle(self, request: rendering.Request) -> Any:
+        if request.resource is None or request.action not in WRITES:
+            return await super()._handle(request)
+        # One write at a time, so the version and generation computed here are
+        # those of the object kmock then changes.
+        async with self._write_lock:
+            try:
+                data = await self._shim_write(request)
+            except KubernetesError as exc:
+                return await self._render_error(exc)
+            # kmock finds its reactions by the request's identity, so the body is
+            # replaced in place rather than in a copy of the (frozen) request.
+            object.__setattr__(request, "data", data)
+            return await super()._handle(request)
+
+    def _current(self, request: rendering.Request) -> dict[str, Any] | None:
+        assert request.resource is not None and request.name is not None
+        return self._lookup(request.resource, request.namespace, request.name)
+
+    def _lookup(
+        self, resource: kmock.resource, namespace: str | None, name: str
+    ) -> dict[str, Any] | None:
+        key = (resource, namespace, name)
+        if key not in self.objects or self.objects[key].deleted:
+            return None
+        return copy.deepcopy(self.objects[key].raw)
+
+    async def _shim_write(self, request: rendering.Request) -> Any:
+        """The body kmock should apply for this write (the shim's fields added)."""
+        assert request.resource is not None
+        has_status = self._has_status(request.resource)
+        if request.action == enums.action.CREATE:
+            data = copy.deepcopy(request.data or {})
+            metadata = data.setdefault("metadata", {})
+            metadata.update(
+                uid=str(uuid.uuid4()),
+                creationTimestamp=_now(),
+                generation=1,
+                resourceVersion=self._next_version(),
+            )
+            if request.namespace:
+                metadata["namespace"] = request.namespace
+            if has_status:
+                data.pop("status", None)
+            return data
+
+        current = self._current(request)
+        if current is None:
+            return request.data  # kmock answers 404
+        if request.action == enums.action.DELETE:
+            meta = current.get("metadata", {})
+            if meta.get("finalizers") and not meta.get("deletionTimestamp"):
+                # kmock would mark it without a new resourceVersion; mark it here instead.
+                key = (request.resource, request.namespace, request.name)
+                stamp = {"deletionTimestamp": _now(), "resourceVersion": self._next_version()}
+                self.objects[key].patch({"metadata": stamp})
+                await self._buses[request.resource].put(
+                    {"type": "MODIFIED", "object": self.objects[key].raw}
+                )
+            return request.data
+
+        if isinstance(request.data, list):  # JSON-patch
+            try:
+                wanted = jsonpatch.apply_patch(current, request.data)
+            except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
+                raise KubernetesError(422, "Invalid", str(exc)) from exc
+            patch = _merge_patch_between(current, wanted)
+        else:
+            patch = copy.deepcopy(request.data or {})
+        if has_status and request.subresource == "status":
+            patch = {k: v for k, v in patch.items() if k == "status"}
+        elif has_status:
+            patch.pop("status", None)
+        patch.setdefault("metadata", {})
+        for field in ("uid", "creationTimestamp", "generation", "resourceVersion"):
+            patch["metadata"].pop(field, None)
+        after = _merged(current, patch)
+        generation = current["metadata"].get("generation", 1)
+        spec_before = {k: v for k, v in current.items() if k not in ("metadata", "status")}
+        spec_after = {k: v for k, v in after.items() if k not in ("metadata", "status")}
+        if spec_before != spec_after:
+            generation += 1
+        patch["metadata"].update(generation=generation, resourceVersion=self._next_version())
+        return patch
+
+    async def _serve_list(self, request: rendering.Request) -> rendering.Payload:
+        listing: dict[str, Any] = dict(await super()._serve_list(request))  # type: ignore[arg-type]
+        selector = request.params.get("labelSelector")
+        if selector:
+            listing["items"] = [
+                item
+                for item in listing["items"]
+                if _selected(item.get("metadata", {}).get("labels") or {}, selector)
+            ]
+        return listing
+
+    def stored(self, api_version: str, plural: str, namespace: str, name: str) -> dict[str, Any]:
+        """The stored object (for assertions); KeyError when absent or deleted."""
+        found = self._lookup(kmock.resource(f"{api_version}/{plural}"), namespace, name)
+        if found is None:
+            raise KeyError((api_version, plural, namespace, name))
+        return found
+
+    def exists(self, api_version: str, plural: str, namespace: str, name: str) -> bool:
+        try:
+            self.stored(api_version, plural, namespace, name)
+        except KeyError:
+            return False
+        return True
+
+    def all_of(
+        self, api_version: str, plural: str, namespace: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Every stored object of a kind (in one namespace, or all when None)."""
+        wanted = kmock.resource(f"{api_version}/{plural}")
+        return [
+            copy.deepcopy(obj.raw)
+            for (resource, ns, _), obj in list(self.objects.items())
+            if resource == wanted and namespace in (None, ns) and not obj.deleted
+        ]
+
+
+@contextlib.asynccontextmanager
+async def fake_kube_api() -> AsyncIterator[FakeKubeApi]:
+    """A running fake API on a loopback port; ``api.url`` is its base URL."""
+    async with FakeKubeApi() as api, kmock.Server(api):
+        yield api
+
+
+POD_INDEX_LABEL = "apps.kubernetes.io/pod-index"
+
+
+def _pod(sts: Mapping[str, Any], index: int) -> dict[str, Any]:
+    meta = sts["metadata"]
+    template = sts["spec"]["template"]
+    name = f"{meta['name']}-{index}"
+    labels = {
+        **(template.get("metadata", {}).get("labels") or {}),
+        POD_INDEX_LABEL: str(index),
+        "statefulset.kubernetes.io/pod-name": name,
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": meta["namespace"],
+            "labels": labels,
+            "annotations": dict(template.get("metadata", {}).get("annotations") or {}),
+            "ownerReferences": [
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "StatefulSet",
+                    "name": meta["name"],
+                    "uid": meta["uid"],
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": copy.deepcopy(template.get("spec") or {}),
+    }
+
+
+async def run_statefulset_controller(api: FakeKubeApi, interval_s: float = 0.1) -> None:
+    """Stand-in for kube-controller-manager's StatefulSet controller and the kubelet.
+
+    Keeps pod ``<sts>-<i>`` for each ``i < replicas`` of every StatefulSet,
+    made from the StatefulSet's current pod template (labels, annotations,
+    spec; plus the ``apps.kubernetes.io/pod-index`` label), so a deleted pod
+    comes back from the current template as ``updateStrategy: OnDelete``
+    does; deletes pods beyond ``replicas``; marks each pod Ready at once (no
+    container runs) and keeps the StatefulSet's status counts. Run it as a
+    task and cancel it at the end. It writes through the API, so every change
+    has a resourceVersion and a watch event.
+    """
+    client = api.servers[0].client
+    while True:
+        for sts in api.all_of("apps/v1", "statefulsets"):
+            await _sync_statefulset(api, client, sts)
+        await asyncio.sleep(interval_s)
+
+
+async def _sync_statefulset(api: FakeKubeApi, client: Any, sts: Mapping[str, Any]) -> None:
+    meta = sts["metadata"]
+    namespace, name = meta["namespace"], meta["name"]
+    replicas = int(sts["spec"].get("replicas", 1))
+    base = f"/api/v1/namespaces/{namespace}/pods"
+    owned = {
+        pod["metadata"]["name"]: pod
+        for pod in api.all_of("v1", "pods", namespace)
+        if any(ref.get("uid") == meta["uid"] for ref in pod["metadata"].get("ownerReferences", []))
+    }
+    ready = 0
+    for index in range(replicas):
+        pod_name = f"{name}-{index}"
+        pod = owned.get(pod_name)
+        if pod is None:
+            async with client.post(base, json=_pod(sts, index)) as response:
+                response.raise_for_status()
+            continue
+        if pod["metadata"].get("deletionTimestamp"):
+            continue
+        conditions = (pod.get("status") or {}).get("conditions") or []
+        if not any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions):
+            status = {
+                "status": {
+                    "phase": "Running",
+                    "conditions": [{"type": "Ready", "status": "True"}],
+                }
+            }
+            async with client.patch(
+                f"{base}/{pod_name}/status",
+                json=status,
+                headers={"Content-Type": "application/merge-patch+json"},
+            ) as response:
+                response.raise_for_status()
+        ready += 1
+    for pod_name, pod in owned.items():
+        index = int(pod["metadata"]["labels"].get(POD_INDEX_LABEL, "-1"))
+        if index >= replicas and not pod["metadata"].get("deletionTimestamp"):
+            async with client.delete(f"{base}/{pod_name}") as response:
+                response.raise_for_status()
+    status = sts.get("status") or {}
+    wanted = {"replicas": replicas, "readyReplicas": ready, "availableReplicas": ready}
+    if any(status.get(k) != v for k, v in wanted.items()):
+        async with client.patch(
+            f"/apis/apps/v1/namespaces/{namespace}/statefulsets/{name}/status",
+            json={"status": wanted},
+            headers={"Content-Type": "application/merge-patch+json"},
+        ) as response:
+            response.raise_for_status()
