@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Final
 
 IMAGE_PULL_POLICIES: Final = ("Always", "IfNotPresent", "Never")
@@ -79,7 +79,7 @@ class ClusterSpec:
     gateway_tls_secret: str | None
     """A kubernetes.io/tls Secret; set, the gateway's Kafka listener is SASL_SSL."""
     gateway_resources: Mapping[str, Any]
-    topic_defaults: Mapping[str, str] = field(default_factory=dict)
+    topic_defaults: Mapping[str, str]
     """Broker-wide topic defaults by Kafka broker property (``log.retention.ms``)."""
 
     @classmethod

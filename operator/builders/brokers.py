@@ -50,6 +50,8 @@ API_ACCESS_VOLUME: Final = "kube-api-access"
 SERVICE_ACCOUNT_DIR: Final = "/var/run/secrets/kubernetes.io/serviceaccount"
 NODE_READER_ROLE: Final = "shoal-broker-node-reader"
 """The ClusterRole (get nodes) the Helm chart ships; brokers with a rack label are bound to it."""
+STARTUP_PROBES: Final = 90
+"""Fifteen minutes, at one probe every ten seconds, for log recovery."""
 TERMINATION_GRACE_SECONDS: Final = 60
 """Longer than the broker's controlled shutdown (30 s by default) moving leadership away."""
 
@@ -186,10 +188,15 @@ def _broker_container(owner: Owner, spec: ClusterSpec, image: str) -> dict[str, 
             "periodSeconds": 5,
             "failureThreshold": 3,
         },
-        # Generous: recovery re-validates the log tail before the listener opens.
+        # Recovery re-validates the log tails before the listener opens, which can take
+        # minutes after a crash: liveness only counts once the broker has started.
+        "startupProbe": {
+            "tcpSocket": {"port": "kafka-internal"},
+            "periodSeconds": 10,
+            "failureThreshold": STARTUP_PROBES,
+        },
         "livenessProbe": {
             "tcpSocket": {"port": "kafka-internal"},
-            "initialDelaySeconds": 30,
             "periodSeconds": 10,
             "failureThreshold": 6,
         },
@@ -327,10 +334,10 @@ def _service_account(owner: Owner) -> Manifest:
 
 def _node_reader_binding(owner: Owner) -> Manifest:
     """Lets the brokers' init container read its Node; cluster-scoped, hence no owner."""
-    meta = metadata(
-        owner, endpoints.node_reader_binding_name(owner.namespace, owner.name), COMPONENT
-    )
-    del meta["namespace"], meta["ownerReferences"]
+    meta = {
+        "name": endpoints.node_reader_binding_name(owner.namespace, owner.name),
+        "labels": labels(owner.name, COMPONENT),
+    }
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "ClusterRoleBinding",

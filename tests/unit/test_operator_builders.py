@@ -245,6 +245,9 @@ def test_broker_pods_run_as_the_endpoints_say_they_are_reached() -> None:
         "capabilities": {"drop": ["ALL"]},
     }
     assert container["readinessProbe"]["tcpSocket"]["port"] == "kafka-internal"
+    # Log recovery after a crash may take minutes: liveness must not kill it meanwhile.
+    startup = container["startupProbe"]
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 600
 
     headless = one(docs, "Service", endpoints.broker_name(NAME))
     assert headless["spec"]["clusterIP"] == "None"
