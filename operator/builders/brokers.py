@@ -128,6 +128,9 @@ def _headless_service(owner: Owner) -> Manifest:
         "metadata": metadata(owner, endpoints.broker_name(owner.name), COMPONENT),
         "spec": {
             "clusterIP": "None",
+            # A broker's DNS name is its identity (advertised, registered in etcd): it must
+            # resolve while the broker starts or recovers, not only once it is ready.
+            "publishNotReadyAddresses": True,
             "selector": selector_labels(owner.name, COMPONENT),
             "ports": [
                 {

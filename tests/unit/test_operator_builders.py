@@ -251,6 +251,7 @@ def test_broker_pods_run_as_the_endpoints_say_they_are_reached() -> None:
 
     headless = one(docs, "Service", endpoints.broker_name(NAME))
     assert headless["spec"]["clusterIP"] == "None"
+    assert headless["spec"]["publishNotReadyAddresses"] is True
     assert {(p["name"], p["port"]) for p in headless["spec"]["ports"]} == {
         ("kafka-internal", 19092),
         ("metrics", 9404),
