@@ -37,6 +37,7 @@ from shoal.operator.builders.common import (
     volume_claim,
 )
 from shoal.operator.cluster_spec import ClusterSpec
+from shoal.operator.rack import SERVICE_ACCOUNT_DIR
 
 COMPONENT: Final = "broker"
 TEMPLATE_HASH: Final = "shoal.dev/template-hash"
@@ -47,7 +48,6 @@ RACK_VOLUME: Final = "rack"
 RACK_DIR: Final = "/var/run/shoal"
 RACK_FILE: Final = f"{RACK_DIR}/rack"
 API_ACCESS_VOLUME: Final = "kube-api-access"
-SERVICE_ACCOUNT_DIR: Final = "/var/run/secrets/kubernetes.io/serviceaccount"
 NODE_READER_ROLE: Final = "shoal-broker-node-reader"
 """The ClusterRole (get nodes) the Helm chart ships; brokers with a rack label are bound to it."""
 STARTUP_PROBES: Final = 90
@@ -211,8 +211,7 @@ def _broker_container(owner: Owner, spec: ClusterSpec, image: str) -> dict[str, 
     return container
 
 
-def _rack_init_container(spec: ClusterSpec, image: str) -> dict[str, Any]:
-    assert spec.rack_label is not None
+def _rack_init_container(label: str, spec: ClusterSpec, image: str) -> dict[str, Any]:
     return {
         "name": "rack",
         "image": image,
@@ -221,7 +220,7 @@ def _rack_init_container(spec: ClusterSpec, image: str) -> dict[str, Any]:
             "shoal",
             "rack-of-node",
             "--label",
-            spec.rack_label,
+            label,
             "--node",
             "$(NODE_NAME)",
             "--out",
@@ -230,18 +229,19 @@ def _rack_init_container(spec: ClusterSpec, image: str) -> dict[str, Any]:
         "env": [env_from_field("NODE_NAME", "spec.nodeName")],
         "volumeMounts": [
             {"name": RACK_VOLUME, "mountPath": RACK_DIR},
-            {"name": API_ACCESS_VOLUME, "mountPath": SERVICE_ACCOUNT_DIR, "readOnly": True},
+            {"name": API_ACCESS_VOLUME, "mountPath": str(SERVICE_ACCOUNT_DIR), "readOnly": True},
         ],
         "securityContext": container_security_context(),
     }
 
 
-def _api_token_volume() -> dict[str, Any]:
+def _api_access_volume() -> dict[str, Any]:
     """The service account token, mounted only into the init container that needs it."""
     return {
         "name": API_ACCESS_VOLUME,
         "projected": {
             "sources": [
+                # What the kubelet mounts by default, in the place `shoal rack-of-node` looks.
                 {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}},
                 {
                     "configMap": {
@@ -273,8 +273,8 @@ def _pod_template(owner: Owner, spec: ClusterSpec, default_image: str) -> dict[s
     }
     if spec.rack_label is not None:
         pod["serviceAccountName"] = endpoints.broker_name(owner.name)
-        pod["initContainers"] = [_rack_init_container(spec, image)]
-        pod["volumes"] += [{"name": RACK_VOLUME, "emptyDir": {}}, _api_token_volume()]
+        pod["initContainers"] = [_rack_init_container(spec.rack_label, spec, image)]
+        pod["volumes"] += [{"name": RACK_VOLUME, "emptyDir": {}}, _api_access_volume()]
         pod["topologySpreadConstraints"] = [
             {
                 "maxSkew": 1,
