@@ -164,10 +164,10 @@ def test_watched_namespaces_get_a_role_each(helm: str) -> None:
     for binding in find(docs, "RoleBinding"):
         assert binding["roleRef"]["kind"] == "Role"
         assert binding["subjects"][0]["namespace"] == "shoal-system"
-    (cluster_role,) = find(docs, "ClusterRole")
+    (cluster_role,) = find(docs, "ClusterRole", "shoal-operator")
     resources = {r for rule in cluster_role["rules"] for r in rule["resources"]}
     # Only what is not namespaced stays cluster-wide.
-    assert resources == {"customresourcedefinitions", "nodes"}
+    assert resources == {"customresourcedefinitions", "clusterrolebindings", "nodes"}
 
 
 def test_no_cluster_unless_enabled(helm: str) -> None:

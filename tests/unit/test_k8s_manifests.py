@@ -29,6 +29,7 @@ from kube_objects import (
     tool,
     validate_all,
 )
+from shoal.operator.builders import NODE_READER_ROLE
 from shoal.operator.endpoints import key_secret_name
 
 MANIFEST_FILES = sorted(
@@ -58,6 +59,7 @@ NAMESPACED_NEEDS = {
             ("apps", "deployments"),
             ("", "services"),
             ("", "configmaps"),
+            ("", "serviceaccounts"),
             ("", "secrets"),
             ("policy", "poddisruptionbudgets"),
             ("networking.k8s.io", "networkpolicies"),
@@ -71,6 +73,11 @@ NAMESPACED_NEEDS = {
 # ...and outside any namespace.
 CLUSTER_NEEDS = {
     *(("apiextensions.k8s.io", "customresourcedefinitions", v) for v in ("get", "list", "watch")),
+    # The brokers' binding to the node reader role, and what that role grants.
+    *(
+        ("rbac.authorization.k8s.io", "clusterrolebindings", v)
+        for v in ("get", "create", "patch", "delete")
+    ),
     ("", "nodes", "get"),
 }
 # Only when it watches every namespace.
@@ -98,6 +105,15 @@ def operator_objects(docs: list[Manifest]) -> dict[tuple[str, str], Manifest]:
         for d in docs
         if d["kind"] in OPERATOR_KINDS and d["metadata"]["name"] == "shoal-operator"
     }
+
+
+def operator_rules(docs: list[Manifest], kind: str) -> list[dict[str, Any]]:
+    return [
+        rule
+        for role in find(docs, kind)
+        if role["metadata"]["name"] != NODE_READER_ROLE
+        for rule in role["rules"]
+    ]
 
 
 def example(name: str) -> list[Manifest]:
@@ -166,8 +182,8 @@ def test_rbac_grants_exactly_what_the_operator_uses(
         docs, namespaced = helm_template(helm), False
     else:
         docs, namespaced = helm_template(helm, None, "watchNamespaces={team-a,team-b}"), True
-    cluster_rules = [rule for role in find(docs, "ClusterRole") for rule in role["rules"]]
-    for rule in cluster_rules + [r for role in find(docs, "Role") for r in role["rules"]]:
+    cluster_rules = operator_rules(docs, "ClusterRole")
+    for rule in cluster_rules + operator_rules(docs, "Role"):
         for field in ("apiGroups", "resources", "verbs"):
             assert "*" not in rule[field], f"wildcard {field} in {rule}"
         assert "resourceNames" not in rule or rule["resourceNames"]
@@ -241,3 +257,12 @@ def test_example_tenant_has_the_keys_the_spark_jobs_mount() -> None:
         assert secrets == {key_secret_name(tenant_id, "spark")}, path.name
         args = template["arguments"]
         assert args[args.index("--topic") + 1] in topics, path.name
+
+
+@pytest.mark.parametrize("source", ["k8s/base", "chart"])
+def test_brokers_node_reader_role_exists_and_reads_only_nodes(
+    helm: str, base: list[Manifest], source: str
+) -> None:
+    docs = base if source == "k8s/base" else helm_template(helm)
+    (role,) = find(docs, "ClusterRole", NODE_READER_ROLE)
+    assert rbac_grants(role["rules"]) == {("", "nodes", "get")}

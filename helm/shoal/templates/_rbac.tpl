@@ -24,10 +24,10 @@ watches every namespace, a Role in each namespace of watchNamespaces.
 - apiGroups: [apps]
   resources: [statefulsets, deployments]
   verbs: [get, list, watch, create, patch, delete]
-# A Cluster's Services and ConfigMap; a Tenant's key Secrets (created, and
-# deleted when a key is removed from the Tenant).
+# A Cluster's Services, ConfigMap and brokers' ServiceAccount; a Tenant's
+# key Secrets (created, and deleted when a key is removed from the Tenant).
 - apiGroups: [""]
-  resources: [services, configmaps, secrets]
+  resources: [services, configmaps, serviceaccounts, secrets]
   verbs: [get, list, watch, create, patch, delete]
 # The roller deletes one broker pod at a time (the broker StatefulSet is
 # OnDelete) and watches it come back with the new template.
@@ -56,7 +56,14 @@ watches every namespace, a Role in each namespace of watchNamespaces.
 - apiGroups: [apiextensions.k8s.io]
   resources: [customresourcedefinitions]
   verbs: [get, list, watch]
-# A broker's rack (broker.rack) is its Node's value of spec.brokers.rackLabel.
+# A broker's rack (broker.rack) is its Node's value of spec.brokers.rackLabel,
+# which the brokers' init container reads. The operator binds each such
+# Cluster's brokers to the ClusterRole shoal-broker-node-reader (cluster-scoped,
+# so deleted by the operator with the Cluster); Kubernetes lets it grant only
+# what it holds itself, hence get nodes here too.
+- apiGroups: [rbac.authorization.k8s.io]
+  resources: [clusterrolebindings]
+  verbs: [get, create, patch, delete]
 - apiGroups: [""]
   resources: [nodes]
   verbs: [get]
