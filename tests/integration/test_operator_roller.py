@@ -19,7 +19,7 @@ from harness import BrokerProcess, EtcdServer, wait_until
 from kafka_clients import confluent_consume
 from replicated import REPLICATED_ENV, Cluster, SteadyProducer
 from shoal.operator.kafka_admin import ClusterAdmin
-from shoal.operator.roller import RollBlocked, Roller
+from shoal.operator.roller import RollBlocked, Roller, RollStalled
 
 pytestmark = pytest.mark.slow
 
@@ -150,6 +150,23 @@ async def test_refuses_a_restart_below_min_isr_but_restarts_the_broker_outside_t
         # The roller returned only once broker 2 was back in every ISR.
         assert all(v.isr == (0, 1, 2) for v in cluster.partitions(topic).values())
         await starting[0]
+    finally:
+        bring_back(cluster, topic)
+
+
+async def test_a_broker_that_does_not_come_back_stalls_the_roll(cluster: Cluster) -> None:
+    topic = new_topic(cluster, "stall")
+    try:
+        roller = Roller(ClusterAdmin(cluster.bootstrap), rejoin_timeout_s=2, poll_s=0.2)
+
+        async def stop_only() -> None:
+            await asyncio.to_thread(cluster.brokers[2].stop)
+
+        with pytest.raises(RollStalled) as raised:
+            await roller.restart_safely(2, stop_only)
+
+        assert raised.value.node_id == 2
+        assert raised.value.reasons == ["broker 2 is not registered"]
     finally:
         bring_back(cluster, topic)
 
