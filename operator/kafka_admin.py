@@ -100,3 +100,8 @@ class ClusterAdmin:
             topic: int(config.get("min.insync.replicas", "1"))
             for topic, config in (await self.topic_configs(topics)).items()
         }
+
+    async def controller_id(self) -> int | None:
+        """The broker Metadata names as the controller; None while there is none."""
+        controller = int((await self._metadata()).controller_id)
+        return controller if controller >= 0 else None
