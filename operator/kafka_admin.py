@@ -27,6 +27,19 @@ from confluent_kafka.admin import (
 from shoal.operator.cluster_state import PartitionInfo, TopicState
 
 TIMEOUT_S: Final = 15.0
+REQUEST_ERRORS: Final = frozenset(
+    {
+        KafkaError.INVALID_CONFIG,
+        KafkaError.INVALID_PARTITIONS,
+        KafkaError.INVALID_REPLICATION_FACTOR,
+        KafkaError.INVALID_REPLICA_ASSIGNMENT,
+        KafkaError.INVALID_REQUEST,
+        KafkaError.TOPIC_EXCEPTION,
+        KafkaError.POLICY_VIOLATION,
+        KafkaError.UNSUPPORTED_VERSION,
+    }
+)
+"""Refusals of the request itself: asking the same again cannot succeed."""
 
 
 class KafkaAdminError(Exception):
@@ -34,7 +47,9 @@ class KafkaAdminError(Exception):
 
     ``code`` is Kafka's error (``KafkaError.UNKNOWN_TOPIC_OR_PART``, ...) when the
     brokers answered with one, None when they did not answer; ``retriable`` says
-    whether asking again later may succeed without anyone changing the request.
+    whether asking again later may succeed without anyone changing the request:
+    false only for the refusals in :data:`REQUEST_ERRORS` (librdkafka sets its
+    own retriable flag on few errors, so it cannot tell).
     """
 
     def __init__(self, message: str, code: int | None = None, retriable: bool = True) -> None:
@@ -46,7 +61,7 @@ class KafkaAdminError(Exception):
     def of(cls, exc: KafkaException) -> KafkaAdminError:
         error = exc.args[0]
         if isinstance(error, KafkaError):
-            return cls(error.str(), error.code(), error.retriable())
+            return cls(error.str(), error.code(), error.code() not in REQUEST_ERRORS)
         return cls(str(error))
 
 
@@ -184,6 +199,26 @@ class ClusterAdmin:
             return
         resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=entries)
         await self._wait(self._client.incremental_alter_configs([resource])[resource])
+
+    async def consumer_groups(self) -> list[str]:
+        listed = await self._wait(self._client.list_consumer_groups())
+        return sorted(g.group_id for g in listed.valid)
+
+    async def delete_consumer_groups(self, groups: Iterable[str]) -> None:
+        """Delete the groups and their committed offsets; already-gone ones are no error.
+
+        A group with members is refused by the brokers (NON_EMPTY_GROUP): retriable,
+        since members whose connections were closed leave at their session timeout.
+        """
+        names = list(groups)
+        if not names:
+            return
+        for name, future in self._client.delete_consumer_groups(names).items():
+            try:
+                await self._wait(future)
+            except KafkaAdminError as exc:
+                if exc.code != KafkaError.GROUP_ID_NOT_FOUND:
+                    raise KafkaAdminError(f"group {name}: {exc}", exc.code) from exc
 
     async def delete_topics(self, topics: Iterable[str]) -> list[str]:
         """Delete the topics; returns those that existed (already-gone ones are no error)."""

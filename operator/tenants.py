@@ -26,13 +26,12 @@ import asyncio
 import base64
 import binascii
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from shoal.gateway.namespace import Namespace
 from shoal.operator.client_settings import client_properties, jaas_config, properties_text
-from shoal.operator.cluster_state import PartitionInfo
 from shoal.operator.endpoints import ClusterEndpoints, key_secret_name
 from shoal.operator.kafka_admin import ClusterAdmin
 from shoal.tenancy.keys import KeyRole, mint_key, role_bindings
@@ -350,20 +349,24 @@ async def _create_key(store: TenancyStore, spec: TenantSpec, key: KeySpec) -> tu
 
 
 async def remove_tenant(store: TenancyStore, admin: ClusterAdmin, spec: TenantSpec) -> None:
-    """Revoke every key of the tenant, delete its topics on the brokers, then its
-    records. Keys go first, so nobody writes to a topic being deleted; a second
-    call finds nothing left and does nothing."""
+    """Revoke every key of the tenant, delete its topics and consumer groups on the
+    brokers, then its records.
+
+    Keys go first, so nobody writes to a topic being deleted. A group whose
+    members have not left yet fails the call (a retriable KafkaAdminError) with
+    the keys revoked and the topics gone; calling again finishes the job. A call
+    after a complete one finds nothing left and does nothing.
+    """
     for key in await store.list_keys(spec.tenant):
         if not key.revoked:
             await store.revoke_key(key.key_id, _now_ms())
-    await admin.delete_topics(tenant_topics(spec.tenant, await admin.partitions()))
+    namespace = Namespace(spec.tenant)
+    topics = {p.topic for p in await admin.partitions() if namespace.owns(p.topic)}
+    await admin.delete_topics(sorted(topics))
+    groups = [g for g in await admin.consumer_groups() if namespace.owns(g)]
+    await admin.delete_consumer_groups(groups)
     if await store.get_tenant(spec.tenant) is not None:
         await store.delete_tenant(spec.tenant)
-
-
-def tenant_topics(tenant: str, partitions: Sequence[PartitionInfo]) -> list[str]:
-    namespace = Namespace(tenant)
-    return sorted({p.topic for p in partitions if namespace.owns(p.topic)})
 
 
 def _now_ms() -> int:

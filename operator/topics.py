@@ -33,7 +33,7 @@ from shoal.gateway.namespace import Namespace
 from shoal.operator.cluster_state import TopicState
 from shoal.operator.kafka_admin import ClusterAdmin, KafkaAdminError
 from shoal.tenancy.model import validate_tenant_name
-from shoal.tenancy.store import TenancyStore
+from shoal.tenancy.store import TenancyStore, TenancyStoreError
 
 DEFAULT_REPLICAS: Final = 3
 """The CRD's default for spec.replicas."""
@@ -114,7 +114,10 @@ async def reconcile_topic(
     admin: ClusterAdmin, tenancy: TenancyStore, spec: TopicSpec
 ) -> dict[str, Any]:
     """Make the topic on the brokers match ``spec``; returns the Topic's status fields."""
-    tenant = await tenancy.get_tenant(spec.tenant)
+    try:
+        tenant = await tenancy.get_tenant(spec.tenant)
+    except TenancyStoreError as exc:
+        raise TopicError(str(exc), retryable=True) from exc
     if tenant is None:
         raise TopicError(
             f"tenant {spec.tenant} does not exist on cluster {spec.cluster}", retryable=True

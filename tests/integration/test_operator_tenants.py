@@ -138,12 +138,16 @@ def produce(config: dict[str, Any], topic: str, value: bytes) -> KafkaError | No
     return outcome[0]
 
 
-def consume_one(config: dict[str, Any], topic: str) -> bytes:
-    consumer = Consumer({**config, "group.id": f"g-{uuid.uuid4().hex[:8]}"})
+def consume_one(config: dict[str, Any], topic: str, commit_as: str | None = None) -> bytes:
+    """The first record of the topic; its offset committed for group ``commit_as``, if given."""
+    group = commit_as or f"g-{uuid.uuid4().hex[:8]}"
+    consumer = Consumer({**config, "group.id": group, "enable.auto.commit": False})
     try:
         consumer.assign([TopicPartition(topic, 0, 0)])
         message = wait_until(lambda: consumer.poll(0.5), 20, f"a record from {topic}")
         assert message.error() is None, message.error()
+        if commit_as is not None:
+            consumer.commit(message, asynchronous=False)
         return bytes(message.value())
     finally:
         consumer.close()
@@ -249,13 +253,19 @@ def test_removing_a_tenant_revokes_its_keys_and_deletes_its_topics_only(
     cluster: GatewayCluster,
 ) -> None:
     doomed = tenant("doomed", keys=[{"name": "app"}])
-    [secret] = stored(reconcile(cluster, doomed, {})).values()
+    outcome = reconcile(cluster, doomed, {})
+    [secret] = stored(outcome).values()
     survivor = tenant("survivor", keys=[{"name": "app"}])
     reconcile(cluster, survivor, {})
     make_topic(cluster, "doomed", "t1")
     make_topic(cluster, "doomed", "t2")
     make_topic(cluster, "survivor", "t1")
     wait_until(lambda: logs_in(cluster.gateway.bootstrap, secret), 10, "the key served")
+    config = client_config(outcome, "app")
+    assert produce(config, "t1", b"x") is None
+    consume_one(config, "t1", commit_as="readers")
+    groups = on_the_cluster(cluster, lambda _store, admin: admin.consumer_groups())
+    assert "doomed.readers" in groups
 
     on_the_cluster(cluster, lambda store, admin: remove_tenant(store, admin, doomed))
 
@@ -265,6 +275,9 @@ def test_removing_a_tenant_revokes_its_keys_and_deletes_its_topics_only(
     assert not {"doomed.t1", "doomed.t2"} & names
     assert on_the_cluster(cluster, lambda store, _admin: store.get_tenant("doomed")) is None
     assert keys_of(cluster, "doomed") == {}
+    assert "doomed.readers" not in on_the_cluster(
+        cluster, lambda _store, admin: admin.consumer_groups()
+    )
     assert len(keys_of(cluster, "survivor")) == 1
     wait_until(lambda: not logs_in(cluster.gateway.bootstrap, secret), 5, "the key refused")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from shoal.operator.cluster_state import PartitionInfo, TopicState
 from shoal.operator.topics import TopicSpec, config_changes
 
 
@@ -56,3 +57,17 @@ def test_config_changes_set_what_differs_and_reset_what_left_the_spec() -> None:
 
 def test_config_changes_are_empty_when_the_topic_matches() -> None:
     assert config_changes({"a": "1"}, {"a": "1"}) == ({}, [])
+
+
+def test_topic_state_counts_partitions_short_of_their_replicas() -> None:
+    state = TopicState(
+        "acme.orders",
+        "id",
+        (
+            PartitionInfo("acme.orders", 0, 1, (1, 2, 3), (1, 2, 3)),
+            PartitionInfo("acme.orders", 1, 2, (2, 3, 1), (2,)),
+            PartitionInfo("acme.orders", 2, -1, (3, 1, 2), (1, 2)),
+        ),
+    )
+    assert state.replicas == 3
+    assert state.under_replicated == 2
