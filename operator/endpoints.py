@@ -47,6 +47,20 @@ def gateway_name(cluster: str) -> str:
     return f"{cluster}-gateway"
 
 
+def config_name(cluster: str) -> str:
+    """The ConfigMap with the brokers' settings (topic defaults, ``spec.brokers.config``)."""
+    return f"{cluster}-config"
+
+
+def node_reader_binding_name(namespace: str, cluster: str) -> str:
+    """The brokers' ClusterRoleBinding to read Nodes (their rack label).
+
+    Cluster-scoped, so it cannot be owned by the namespaced Cluster: the
+    operator deletes it when the Cluster goes.
+    """
+    return f"shoal-{namespace}-{cluster}-broker-node-reader"
+
+
 def broker_pod(cluster: str, node_id: int) -> str:
     return f"{broker_name(cluster)}-{node_id}"
 

@@ -5,7 +5,8 @@ entry points); ``shoal dev`` runs a local cluster; ``shoal topic``, ``shoal prod
 consume`` are a Kafka client for people; ``shoal bench produce|consume|e2e``
 measures any Kafka-compatible cluster as Kafka's perf-test tools do; ``shoal
 tenant``, ``key``, ``acl`` and ``quota`` manage tenants in etcd; ``shoal oauth
-rotate-keys`` rotates the gateways' token signing key. Every flag also reads a
+rotate-keys`` rotates the gateways' token signing key; ``shoal rack-of-node`` is the
+brokers' init container on Kubernetes. Every flag also reads a
 ``SHOAL_*`` environment variable, named in ``--help``.
 """
 
@@ -19,6 +20,7 @@ from shoal.cli.dev import dev
 from shoal.cli.gateway import gateway
 from shoal.cli.group import group_app
 from shoal.cli.oauth import oauth_app
+from shoal.cli.rack import rack_of_node_command
 from shoal.cli.records import consume, produce
 from shoal.cli.tenancy import acl_app, key_app, quota_app, tenant_app
 from shoal.cli.topic import topic_app
@@ -35,6 +37,7 @@ app.command()(dev)
 app.command()(gateway)
 app.command()(produce)
 app.command()(consume)
+app.command(name="rack-of-node")(rack_of_node_command)
 app.add_typer(topic_app, name="topic")
 app.add_typer(bench_app, name="bench")
 app.add_typer(group_app, name="group")
