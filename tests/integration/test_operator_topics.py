@@ -1,18 +1,22 @@
 """Topic resources against a real broker and etcd: what the operator's Topic handler does.
 
-Each test uses its own tenant, so the tests share one broker and stay apart.
+Each test uses its own tenant, so the tests share one broker and stay apart; the
+under-replication test starts three brokers of its own.
 The topic is checked with confluent-kafka's AdminClient, as a user would.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource
+from conftest import BrokerFactory
 from harness import BrokerProcess
+from replicated import REPLICATED_ENV
 from shoal.operator.kafka_admin import ClusterAdmin
 from shoal.operator.topics import TopicError, TopicSpec, reconcile_topic, remove_topic
 from shoal.tenancy.model import Quotas, Tenant
@@ -40,9 +44,8 @@ def topic(tenant: str, name: str = "orders", **spec: Any) -> TopicSpec:
 
 
 async def new_tenant(store: TenancyStore, name: str, max_partitions: int | None = None) -> None:
-    await store.create_tenant(Tenant(name, int(time.time() * 1000), Quotas(max_partitions=None)))
-    if max_partitions is not None:
-        await store.set_quotas(name, Quotas(max_partitions=max_partitions))
+    quotas = Quotas(max_partitions=max_partitions)
+    await store.create_tenant(Tenant(name, int(time.time() * 1000), quotas))
 
 
 def described(broker: BrokerProcess, name: str) -> tuple[int, int] | None:
@@ -178,3 +181,23 @@ async def test_a_replication_factor_the_cluster_cannot_hold_is_reported(
         await reconcile_topic(admin, store, topic("big", replicas=3))
     assert not caught.value.retryable
     assert described(broker, "big.orders") is None
+
+
+async def test_partitions_short_of_replicas_are_counted(broker_factory: BrokerFactory) -> None:
+    brokers = [broker_factory(n, env=REPLICATED_ENV) for n in range(3)]
+    bootstrap = ",".join(b.bootstrap for b in brokers[:2])
+    spec = topic("ha", partitions=2, replicas=3)
+    async with TenancyStore(brokers[0].etcd_url) as store, ClusterAdmin(bootstrap) as admin:
+        await new_tenant(store, "ha")
+        healthy = await reconcile_topic(admin, store, spec)
+        assert (healthy["replicas"], healthy["underReplicated"]) == (3, 0)
+
+        brokers[2].kill()
+
+        async def under_replicated() -> int:
+            return int((await reconcile_topic(admin, store, spec))["underReplicated"])
+
+        deadline = time.monotonic() + 20
+        while await under_replicated() != 2:
+            assert time.monotonic() < deadline, "broker 2 never left the ISR"
+            await asyncio.sleep(0.2)
