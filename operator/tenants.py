@@ -25,9 +25,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import re
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Final
 
 from shoal.gateway.namespace import Namespace
@@ -54,6 +55,7 @@ from shoal.tenancy.store import TenancyStore
 TENANT_LABEL: Final = "shoal.dev/tenant"
 KEY_LABEL: Final = "shoal.dev/key"
 MARKER_PREFIX: Final = "k8s:"
+_KEY_NAME: Final = re.compile(r"^[a-z0-9]([-a-z0-9]{0,30}[a-z0-9])?$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +118,7 @@ class TenantSpec:
         for acl in acls:
             if acl.key != WILDCARD and acl.key not in names:
                 raise ValueError(f'spec.acls: key {acl.key!r} is not in spec.keys (nor "*")')
+            acl.binding(tenant, WILDCARD)  # refuses what no binding may hold
         return cls(name, namespace, cluster, tenant, _quotas(spec.get("quotas") or {}), keys, acls)
 
     def marker(self, key: str) -> str:
@@ -132,8 +135,12 @@ class TenantSpec:
 
 def _key_spec(item: Mapping[str, Any]) -> KeySpec:
     name = item.get("name")
-    if not isinstance(name, str) or not name:
-        raise ValueError("spec.keys: every key needs a name")
+    # The name goes into a Secret's name and the key's marker: the CRD's pattern keeps
+    # it a short DNS label, and a fake API server does not apply the pattern.
+    if not isinstance(name, str) or not _KEY_NAME.match(name):
+        raise ValueError(
+            f"spec.keys: key name {name!r}: use 1-32 lower-case letters, digits, inner dashes"
+        )
     try:
         role = KeyRole(item.get("role", KeyRole.DEFAULT.value))
     except ValueError:
@@ -201,7 +208,8 @@ class TenantOutcome:
     """Secret manifests to apply (no ownerReferences: the handler adds them)."""
     obsolete_secrets: list[str]
     """Names of Secrets to delete."""
-    status: dict[str, Any] = field(default_factory=dict)
+    status: dict[str, Any]
+    """The Tenant's status fields: tenant, keyCount, keys."""
 
 
 def key_secret(

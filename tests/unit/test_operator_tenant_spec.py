@@ -76,6 +76,15 @@ def test_quotas_and_acls_are_read() -> None:
     [
         ({"keys": [{"name": "a"}, {"name": "a"}]}, "a name of its own"),
         ({"keys": [{"name": "a", "role": "admin"}]}, "role"),
+        ({"keys": [{"name": "Has Space"}]}, "key name 'Has Space'"),
+        (
+            {
+                "acls": [
+                    {"key": "*", "resourceType": "TOPIC", "resourceName": "", "operation": "ALL"}
+                ]
+            },
+            "resource name",
+        ),
         ({"name": "No_Good"}, "tenant name"),
         ({"quotas": {"maxPartitions": -1}}, "maxPartitions"),
         (
