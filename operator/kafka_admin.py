@@ -220,18 +220,14 @@ class ClusterAdmin:
                 if exc.code != KafkaError.GROUP_ID_NOT_FOUND:
                     raise KafkaAdminError(f"group {name}: {exc}", exc.code) from exc
 
-    async def delete_topics(self, topics: Iterable[str]) -> list[str]:
-        """Delete the topics; returns those that existed (already-gone ones are no error)."""
+    async def delete_topics(self, topics: Iterable[str]) -> None:
+        """Delete the topics; already-gone ones are no error."""
         names = list(topics)
         if not names:
-            return []
-        deleted = []
-        for name, future in self._client.delete_topics(names).items():
+            return
+        for future in self._client.delete_topics(names).values():
             try:
                 await self._wait(future)
             except KafkaAdminError as exc:
                 if exc.code != KafkaError.UNKNOWN_TOPIC_OR_PART:
                     raise
-            else:
-                deleted.append(name)
-        return sorted(deleted)
