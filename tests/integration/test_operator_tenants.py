@@ -153,6 +153,10 @@ def consume_one(config: dict[str, Any], topic: str, commit_as: str | None = None
         consumer.close()
 
 
+def spec_keys(spec: TenantSpec) -> list[dict[str, str]]:
+    return [{"name": k.name, "role": k.role.value} for k in spec.keys]
+
+
 def keys_of(cluster: GatewayCluster, tenant_name: str) -> dict[str, ApiKey]:
     keys = on_the_cluster(cluster, lambda store, _admin: store.list_keys(tenant_name))
     return {k.key_id: k for k in keys}
@@ -187,6 +191,11 @@ def test_a_tenants_keys_produce_and_consume_through_the_gateway(cluster: Gateway
     assert consume_one(viewer, "orders") == b"first"
     refused = produce(viewer, "orders", b"not allowed")
     assert refused is not None and refused.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+    raised = tenant("shop", quotas={"maxPartitions": 16}, keys=spec_keys(spec))
+    reconcile(cluster, raised, known)
+    record = on_the_cluster(cluster, lambda store, _admin: store.get_tenant("shop"))
+    assert record.quotas == Quotas(max_partitions=16)
 
 
 def test_kept_keys_stay_and_dropped_or_lost_ones_are_revoked(cluster: GatewayCluster) -> None:
