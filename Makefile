@@ -76,7 +76,7 @@ $(BIN)/helm $(BIN)/kubectl &: | $(BIN)/python
 	$(KUBECTL) version --client
 
 pytest: $(VENV)/.installed-test kcat java helm
-	$(BIN)/pytest -q $(PYTEST_ARGS)
+	$(BIN)/pytest -q --durations=25 $(PYTEST_ARGS)
 
 test: check pytest
 

@@ -23,3 +23,23 @@ class PartitionInfo:
     @property
     def offline(self) -> bool:
         return self.leader < 0
+
+
+@dataclass(frozen=True, slots=True)
+class TopicState:
+    """One topic as the brokers describe it (broker-side name)."""
+
+    name: str
+    topic_id: str
+    """Kafka's topic id in its usual base64 spelling (what ``kafka-topics --describe`` prints)."""
+    partitions: tuple[PartitionInfo, ...]
+
+    @property
+    def replicas(self) -> int:
+        """The replication factor: the longest replica list (all are equal unless a
+        reassignment is under way)."""
+        return max((len(p.replicas) for p in self.partitions), default=0)
+
+    @property
+    def under_replicated(self) -> int:
+        return sum(1 for p in self.partitions if p.under_replicated)

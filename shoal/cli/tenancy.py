@@ -22,7 +22,7 @@ from rich.table import Table
 
 from shoal.cli.admin import admin_client, cluster_metadata, wait
 from shoal.cli.client import OutputOption, PropertyOption
-from shoal.tenancy.acl import default_bindings, read_only_bindings
+from shoal.tenancy.keys import KeyRole, mint_key, role_bindings
 from shoal.tenancy.model import (
     WILDCARD,
     AclBinding,
@@ -36,7 +36,6 @@ from shoal.tenancy.model import (
     Tenant,
     validate_tenant_name,
 )
-from shoal.tenancy.secrets import hash_secret, new_key_id, new_secret
 from shoal.tenancy.store import TenancyStore, TenancyStoreError
 
 T = TypeVar("T")
@@ -232,16 +231,10 @@ def key_create(
     output: OutputOption = "table",
 ) -> None:
     """Create an API key. Its secret is shown now and never again."""
-    key_id, secret = new_key_id(), new_secret()
-    key = ApiKey(
-        key_id, tenant, hash_secret(secret), _now_ms(), description, platform_admin=platform_admin
-    )
-    if no_acls:
-        bindings: list[AclBinding] = []
-    elif read_only:
-        bindings = read_only_bindings(tenant, key_id)
-    else:
-        bindings = default_bindings(tenant, key_id)
+    minted = mint_key(tenant, description, _now_ms(), platform_admin=platform_admin)
+    key, secret, key_id = minted.key, minted.secret, minted.key.key_id
+    role = KeyRole.NONE if no_acls else KeyRole.READ_ONLY if read_only else KeyRole.DEFAULT
+    bindings = role_bindings(role, tenant, key_id)
     _run(etcd, lambda store: store.add_key(key, bindings))
     data = {**_key_data(key), "secret": secret, "acls": [b.to_dict() for b in bindings]}
     _emit(

@@ -1,0 +1,293 @@
+"""Tenant resources against a real broker, etcd and gateway: what the Tenant handler does.
+
+The Secrets the operator returns are turned into what the Kubernetes API
+would hand back (``data`` in base64) and read again, as the handler does on
+its next pass. Keys are used the way a tenant would use them: confluent-kafka
+configured from the Secret's client.properties, through the gateway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import shutil
+import uuid
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from conftest import EtcdServer, GatewayCluster, start_gateway_cluster
+from gateway_env import sasl_login
+from harness import wait_until
+from raw_kafka import RawConnection, request_class
+from shoal.operator.endpoints import ClusterEndpoints
+from shoal.operator.kafka_admin import ClusterAdmin
+from shoal.operator.tenants import (
+    KeySecret,
+    TenantOutcome,
+    TenantSpec,
+    read_key_secret,
+    reconcile_tenant,
+    remove_tenant,
+)
+from shoal.operator.topics import TopicSpec, reconcile_topic
+from shoal.tenancy.model import ApiKey, Operation, PatternType, Quotas, ResourceType
+from shoal.tenancy.store import TenancyStore
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def cluster(etcd: EtcdServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayCluster]:
+    root = tmp_path_factory.mktemp("operator-tenants")
+    gateway_cluster, brokers = start_gateway_cluster(etcd, root, brokers=1)
+    try:
+        yield gateway_cluster
+    finally:
+        if gateway_cluster.gateway.running:
+            gateway_cluster.gateway.stop()
+        for broker in brokers:
+            broker.kill()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def endpoints(cluster: GatewayCluster) -> ClusterEndpoints:
+    gateway = cluster.gateway
+    return ClusterEndpoints(
+        cluster.etcd_url, cluster.internal_bootstrap, gateway.bootstrap, gateway.http_url
+    )
+
+
+def tenant(name: str, **spec: Any) -> TenantSpec:
+    return TenantSpec.from_resource(name, {"cluster": "demo", **spec}, namespace="team")
+
+
+def reconcile(
+    cluster: GatewayCluster, spec: TenantSpec, known: Mapping[str, KeySecret]
+) -> TenantOutcome:
+    async def go() -> TenantOutcome:
+        async with TenancyStore(cluster.etcd_url) as store:
+            return await reconcile_tenant(store, spec, known, endpoints(cluster))
+
+    return asyncio.run(go())
+
+
+def on_the_cluster(cluster: GatewayCluster, action: Any) -> Any:
+    """Run ``action(store, admin)`` against the cluster's tenancy store and brokers."""
+
+    async def go() -> Any:
+        async with (
+            TenancyStore(cluster.etcd_url) as store,
+            ClusterAdmin(cluster.internal_bootstrap) as admin,
+        ):
+            return await action(store, admin)
+
+    return asyncio.run(go())
+
+
+def stored(outcome: TenantOutcome) -> dict[str, KeySecret]:
+    """The Secrets as the API server would return them, read back by key name."""
+    known = {}
+    for manifest in outcome.secrets:
+        data = {k: base64.b64encode(v.encode()).decode() for k, v in manifest["stringData"].items()}
+        found = read_key_secret({"metadata": manifest["metadata"], "data": data})
+        assert found is not None
+        known[found.key_name] = found
+    return known
+
+
+def client_config(outcome: TenantOutcome, key: str, **extra: Any) -> dict[str, Any]:
+    """confluent-kafka settings read from the key's Secret's client.properties."""
+    [manifest] = [s for s in outcome.secrets if s["metadata"]["labels"]["shoal.dev/key"] == key]
+    lines = manifest["stringData"]["client.properties"].splitlines()
+    return {**dict(line.split("=", 1) for line in lines), **extra}
+
+
+def logs_in(bootstrap: str, secret: KeySecret) -> bool:
+    """Whether the gateway accepts the key and answers a request on its connection."""
+    metadata = request_class(3, 12)
+    try:
+        with RawConnection(bootstrap) as conn:
+            if sasl_login(conn, secret.key_id, secret.password).error_code != 0:
+                return False
+            conn.send(
+                metadata(
+                    topics=None,
+                    allow_auto_topic_creation=False,
+                    include_topic_authorized_operations=False,
+                )
+            )
+            return bool(conn.receive(metadata)[1].brokers)
+    except ConnectionError:
+        return False
+
+
+def make_topic(cluster: GatewayCluster, tenant_name: str, topic: str) -> None:
+    spec = TopicSpec.from_resource(
+        topic, {"cluster": "demo", "tenant": tenant_name, "partitions": 1, "replicas": 1}
+    )
+    on_the_cluster(cluster, lambda store, admin: reconcile_topic(admin, store, spec))
+
+
+def produce(config: dict[str, Any], topic: str, value: bytes) -> KafkaError | None:
+    producer = Producer({**config, "acks": "all", "message.timeout.ms": 10_000})
+    outcome: list[KafkaError | None] = []
+    producer.produce(topic, value=value, on_delivery=lambda err, _msg: outcome.append(err))
+    producer.flush(15)
+    return outcome[0]
+
+
+def consume_one(config: dict[str, Any], topic: str, commit_as: str | None = None) -> bytes:
+    """The first record of the topic; its offset committed for group ``commit_as``, if given."""
+    group = commit_as or f"g-{uuid.uuid4().hex[:8]}"
+    consumer = Consumer({**config, "group.id": group, "enable.auto.commit": False})
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        message = wait_until(lambda: consumer.poll(0.5), 20, f"a record from {topic}")
+        assert message.error() is None, message.error()
+        if commit_as is not None:
+            consumer.commit(message, asynchronous=False)
+        return bytes(message.value())
+    finally:
+        consumer.close()
+
+
+def spec_keys(spec: TenantSpec) -> list[dict[str, str]]:
+    return [{"name": k.name, "role": k.role.value} for k in spec.keys]
+
+
+def keys_of(cluster: GatewayCluster, tenant_name: str) -> dict[str, ApiKey]:
+    keys = on_the_cluster(cluster, lambda store, _admin: store.list_keys(tenant_name))
+    return {k.key_id: k for k in keys}
+
+
+def test_a_tenants_keys_produce_and_consume_through_the_gateway(cluster: GatewayCluster) -> None:
+    spec = tenant(
+        "shop",
+        quotas={"producerByteRate": 5_000_000, "maxPartitions": 8},
+        keys=[{"name": "app"}, {"name": "viewer", "role": "read-only"}],
+    )
+    outcome = reconcile(cluster, spec, {})
+
+    record = on_the_cluster(cluster, lambda store, _admin: store.get_tenant("shop"))
+    assert record.quotas == Quotas(producer_byte_rate=5_000_000, max_partitions=8)
+    known = stored(outcome)
+    assert outcome.status == {
+        "tenant": "shop",
+        "keyCount": 2,
+        "keys": [
+            {"name": "app", "keyId": known["app"].key_id, "secretName": "shoal-shop-app"},
+            {"name": "viewer", "keyId": known["viewer"].key_id, "secretName": "shoal-shop-viewer"},
+        ],
+    }
+    assert outcome.obsolete_secrets == []
+    for secret in known.values():
+        wait_until(lambda s=secret: logs_in(cluster.gateway.bootstrap, s), 10, "a new key served")
+
+    make_topic(cluster, "shop", "orders")
+    app, viewer = client_config(outcome, "app"), client_config(outcome, "viewer")
+    assert produce(app, "orders", b"first") is None
+    assert consume_one(viewer, "orders") == b"first"
+    refused = produce(viewer, "orders", b"not allowed")
+    assert refused is not None and refused.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+    raised = tenant("shop", quotas={"maxPartitions": 16}, keys=spec_keys(spec))
+    reconcile(cluster, raised, known)
+    record = on_the_cluster(cluster, lambda store, _admin: store.get_tenant("shop"))
+    assert record.quotas == Quotas(max_partitions=16)
+
+
+def test_kept_keys_stay_and_dropped_or_lost_ones_are_revoked(cluster: GatewayCluster) -> None:
+    both = tenant("keep", keys=[{"name": "a"}, {"name": "b"}])
+    first = reconcile(cluster, both, {})
+    known = stored(first)
+
+    again = reconcile(cluster, both, known)
+    assert stored(again) == known  # same ids, same passwords: nothing regenerated
+    assert set(keys_of(cluster, "keep")) == {known["a"].key_id, known["b"].key_id}
+
+    only_a = tenant("keep", keys=[{"name": "a"}])
+    dropped = reconcile(cluster, only_a, known)
+    assert dropped.obsolete_secrets == ["shoal-keep-b"]
+    assert [s["metadata"]["name"] for s in dropped.secrets] == ["shoal-keep-a"]
+    assert keys_of(cluster, "keep")[known["b"].key_id].revoked
+    wait_until(
+        lambda: not logs_in(cluster.gateway.bootstrap, known["b"]), 5, "the dropped key refused"
+    )
+    assert logs_in(cluster.gateway.bootstrap, known["a"])
+
+    # The Secret of "a" was lost: a new key replaces it and the old one is revoked.
+    replaced = stored(reconcile(cluster, only_a, {}))["a"]
+    assert replaced.key_id != known["a"].key_id
+    keys = keys_of(cluster, "keep")
+    assert keys[known["a"].key_id].revoked and not keys[replaced.key_id].revoked
+
+
+def test_bindings_follow_the_spec(cluster: GatewayCluster) -> None:
+    def write_acl(name: str) -> dict[str, str]:
+        return {"key": "w", "resourceType": "TOPIC", "resourceName": name, "operation": "WRITE"}
+
+    def bindings() -> set[tuple[str, str, str]]:
+        found = on_the_cluster(cluster, lambda store, _admin: store.list_bindings("acl"))
+        return {(b.principal, b.resource_name, b.operation.name) for b in found}
+
+    first = reconcile(
+        cluster, tenant("acl", keys=[{"name": "w", "role": "none"}], acls=[write_acl("in")]), {}
+    )
+    key_id = stored(first)["w"].key_id
+    assert bindings() == {(key_id, "in", "WRITE")}
+
+    changed = tenant(
+        "acl",
+        keys=[{"name": "w", "role": "none"}],
+        acls=[
+            write_acl("out"),
+            {"key": "*", "resourceType": "TOPIC", "resourceName": "x", "operation": "DESCRIBE"},
+        ],
+    )
+    reconcile(cluster, changed, stored(first))
+    assert bindings() == {(key_id, "out", "WRITE"), ("*", "x", "DESCRIBE")}
+
+    found = on_the_cluster(cluster, lambda store, _admin: store.list_bindings("acl"))
+    [wildcard] = [b for b in found if b.principal == "*"]
+    assert (wildcard.resource_type, wildcard.pattern_type, wildcard.operation) == (
+        ResourceType.TOPIC,
+        PatternType.LITERAL,
+        Operation.DESCRIBE,
+    )
+
+
+def test_removing_a_tenant_revokes_its_keys_and_deletes_its_topics_only(
+    cluster: GatewayCluster,
+) -> None:
+    doomed = tenant("doomed", keys=[{"name": "app"}])
+    outcome = reconcile(cluster, doomed, {})
+    [secret] = stored(outcome).values()
+    survivor = tenant("survivor", keys=[{"name": "app"}])
+    reconcile(cluster, survivor, {})
+    make_topic(cluster, "doomed", "t1")
+    make_topic(cluster, "doomed", "t2")
+    make_topic(cluster, "survivor", "t1")
+    wait_until(lambda: logs_in(cluster.gateway.bootstrap, secret), 10, "the key served")
+    config = client_config(outcome, "app")
+    assert produce(config, "t1", b"x") is None
+    consume_one(config, "t1", commit_as="readers")
+    groups = on_the_cluster(cluster, lambda _store, admin: admin.consumer_groups())
+    assert "doomed.readers" in groups
+
+    on_the_cluster(cluster, lambda store, admin: remove_tenant(store, admin, doomed))
+
+    topics = on_the_cluster(cluster, lambda _store, admin: admin.partitions())
+    names = {p.topic for p in topics}
+    assert "survivor.t1" in names
+    assert not {"doomed.t1", "doomed.t2"} & names
+    assert on_the_cluster(cluster, lambda store, _admin: store.get_tenant("doomed")) is None
+    assert keys_of(cluster, "doomed") == {}
+    assert "doomed.readers" not in on_the_cluster(
+        cluster, lambda _store, admin: admin.consumer_groups()
+    )
+    assert len(keys_of(cluster, "survivor")) == 1
+    wait_until(lambda: not logs_in(cluster.gateway.bootstrap, secret), 5, "the key refused")
+
+    on_the_cluster(cluster, lambda store, admin: remove_tenant(store, admin, doomed))  # no-op
