@@ -36,11 +36,13 @@ KINDS: Final[Mapping[tuple[str, str], KindInfo]] = {
     ("v1", "Service"): KindInfo("services", True),
     ("v1", "Pod"): KindInfo("pods", True),
     ("v1", "PersistentVolumeClaim"): KindInfo("persistentvolumeclaims", True),
+    ("v1", "ServiceAccount"): KindInfo("serviceaccounts", True),
     ("v1", "Namespace"): KindInfo("namespaces", False),
     ("apps/v1", "StatefulSet"): KindInfo("statefulsets", True),
     ("apps/v1", "Deployment"): KindInfo("deployments", True),
     ("policy/v1", "PodDisruptionBudget"): KindInfo("poddisruptionbudgets", True),
     ("networking.k8s.io/v1", "NetworkPolicy"): KindInfo("networkpolicies", True),
+    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"): KindInfo("clusterrolebindings", False),
     ("shoal.dev/v1alpha1", "Cluster"): KindInfo("clusters", True),
     ("shoal.dev/v1alpha1", "Topic"): KindInfo("topics", True),
     ("shoal.dev/v1alpha1", "Tenant"): KindInfo("tenants", True),
@@ -182,6 +184,18 @@ class KubeClient:
                 raise
         # Created by someone else between our PATCH and POST: patch theirs.
         return await self._request("PATCH", path, body=manifest, content_type=MERGE_PATCH)
+
+    async def patch_status(
+        self,
+        api_version: str,
+        kind: str,
+        namespace: str | None,
+        name: str,
+        status: Mapping[str, Any],
+    ) -> dict[str, Any]:
+        """Merge-patch the status subresource (None values remove fields)."""
+        path = resource_path(api_version, kind, namespace, name) + "/status"
+        return await self._request("PATCH", path, body={"status": status}, content_type=MERGE_PATCH)
 
     async def delete(self, api_version: str, kind: str, namespace: str | None, name: str) -> bool:
         """Delete the object (its dependents in the background); False when already gone."""

@@ -17,7 +17,11 @@ rely on and kmock 0.8 does not do:
   PATCH of the object leaves ``status`` alone, for kinds that have one;
 * JSON-patch (``application/json-patch+json``, with ``test`` ops): kopf adds
   and removes its finalizers that way; a failed test is a 422;
-* ``labelSelector`` on lists (equality and existence terms).
+* watches from a resourceVersion (kopf lists, then watches from the list's
+  version), missing no write made meanwhile;
+* ``labelSelector`` on lists (equality and existence terms);
+* a Secret's ``stringData`` stored base64-encoded in ``data``, as the API
+  server stores it.
 
 Served kinds are kmock's bundled built-ins (a recent K3s) and our three CRDs
 from ``k8s/crds``. What stays missing: no garbage collector (owner
@@ -29,12 +33,13 @@ the one controller the operator's roller needs.
 from __future__ import annotations
 
 import asyncio
+import base64
+import collections
 import contextlib
 import copy
 import datetime
-import itertools
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -42,12 +47,39 @@ import attrs
 import jsonpatch
 import kmock
 import yaml
-from kmock._internal import enums, rendering
+from kmock._internal import aiobus, enums, rendering
 from kmock._internal.k8s import KubernetesEmulator, KubernetesError
 
 CRD_DIR = Path(__file__).resolve().parent.parent / "k8s" / "crds"
 VERBS = {"create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"}
 WRITES = {enums.action.CREATE, enums.action.UPDATE, enums.action.DELETE}
+
+
+def _plain(value: Any) -> Any:
+    """A deep copy with kmock's mapping views turned into plain dicts."""
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+class _RecordingBus(aiobus.Bus[Any]):
+    """kmock's event bus for one resource, keeping every event with its version.
+
+    Watches that start from a resourceVersion replay the events after it.
+    The history is never trimmed: a test's fake API lives for one module.
+    """
+
+    def __init__(self, stamp: Callable[[dict[str, Any]], int]) -> None:
+        super().__init__()
+        self._stamp_event = stamp
+        self.history: list[tuple[int, dict[str, Any]]] = []
+
+    async def put(self, *items: Any) -> None:
+        for item in items:
+            self.history.append((self._stamp_event(item), item))
+        await super().put(*items)
 
 
 def _now() -> str:
@@ -80,6 +112,16 @@ def _merged(base: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]
     return result
 
 
+def _encode_string_data(resource: kmock.resource, body: dict[str, Any]) -> dict[str, Any]:
+    """Move a Secret's stringData into data (base64); in a merge-patch body or a new object."""
+    if resource != kmock.resource("v1/secrets") or not body.get("stringData"):
+        return body
+    plain = body.pop("stringData")
+    encoded = {k: base64.b64encode(v.encode()).decode() for k, v in plain.items()}
+    body["data"] = {**(body.get("data") or {}), **encoded}
+    return body
+
+
 def _selected(labels: Mapping[str, str], selector: str) -> bool:
     for term in filter(None, (t.strip() for t in selector.split(","))):
         if "!=" in term:
@@ -102,13 +144,14 @@ def _selected(labels: Mapping[str, str], selector: str) -> bool:
 class FakeKubeApi(KubernetesEmulator):
     """kmock's emulator with the shim above; serves built-ins and the Shoal CRDs."""
 
-    _versions: itertools.count[int] = attrs.field(factory=lambda: itertools.count(1), init=False)
+    _version: int = attrs.field(default=0, init=False)
     _write_lock: asyncio.Lock = attrs.field(factory=asyncio.Lock, init=False)
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
+        self._buses = collections.defaultdict(lambda: _RecordingBus(self._stamp))
         self.resources.load_bundled()
-        for path in sorted(CRD_DIR.glob("*.yaml")):
+        for path in sorted(CRD_DIR.glob("*.shoal.dev.yaml")):
             crd = yaml.safe_load(path.read_text())
             names = crd["spec"]["names"]
             for version in crd["spec"]["versions"]:
@@ -127,7 +170,15 @@ class FakeKubeApi(KubernetesEmulator):
         return resource in self.resources and "status" in self.resources[resource].subresources
 
     def _next_version(self) -> str:
-        return str(next(self._versions))
+        self._version += 1
+        return str(self._version)
+
+    def _stamp(self, event: dict[str, Any]) -> int:
+        """The event's place in the resource's history; a deletion gets a version of its own."""
+        if event.get("type") == "DELETED":
+            event["object"] = _plain(event["object"])
+            event["object"].setdefault("metadata", {})["resourceVersion"] = self._next_version()
+        return int(event["object"].get("metadata", {}).get("resourceVersion") or 0)
 
     async def _handle(self, request: rendering.Request) -> Any:
         if request.resource is None or request.action not in WRITES:
@@ -154,7 +205,7 @@ class FakeKubeApi(KubernetesEmulator):
         key = (resource, namespace, name)
         if key not in self.objects or self.objects[key].deleted:
             return None
-        return copy.deepcopy(self.objects[key].raw)
+        return _plain(self.objects[key].raw)
 
     async def _shim_write(self, request: rendering.Request) -> Any:
         """The body kmock should apply for this write (the shim's fields added)."""
@@ -173,7 +224,7 @@ class FakeKubeApi(KubernetesEmulator):
                 metadata["namespace"] = request.namespace
             if has_status:
                 data.pop("status", None)
-            return data
+            return _encode_string_data(request.resource, data)
 
         current = self._current(request)
         if current is None:
@@ -212,10 +263,49 @@ class FakeKubeApi(KubernetesEmulator):
         if spec_before != spec_after:
             generation += 1
         patch["metadata"].update(generation=generation, resourceVersion=self._next_version())
-        return patch
+        return _encode_string_data(request.resource, patch)
+
+    async def _serve_watch(self, request: rendering.Request) -> AsyncIterator[rendering.Payload]:
+        # As the API server: a watch from resourceVersion N streams what changed
+        # after N (kopf lists, then watches from the list's version); without one
+        # it starts with the current objects. kmock would replay the objects and
+        # subscribe afterwards, losing writes made meanwhile (kopf writes its
+        # finalizer right after listing, exactly then).
+        yield b""
+        assert request.resource is not None
+        bus = self._buses[request.resource]
+        assert isinstance(bus, _RecordingBus)
+        since = request.params.get("resourceVersion", "")
+        async with self._write_lock:
+            mark = await bus.mark()
+            if since.isdigit() and int(since) > 0:
+                backlog = [event for seq, event in bus.history if seq > int(since)]
+            else:
+                backlog = [
+                    {"type": "ADDED", "object": obj}
+                    for obj in self.all_of_resource(request.resource, request.namespace)
+                ]
+        try:
+            for event in backlog:
+                if self._watched(request, event):
+                    yield event
+            async for event in bus.stream(since=mark):
+                if self._watched(request, event):
+                    yield event
+        finally:
+            await bus.unmark(mark)
+
+    @staticmethod
+    def _watched(request: rendering.Request, event: Mapping[str, Any]) -> bool:
+        meta = event.get("object", {}).get("metadata", {})
+        return request.namespace in (None, meta.get("namespace")) and request.name in (
+            None,
+            meta.get("name"),
+        )
 
     async def _serve_list(self, request: rendering.Request) -> rendering.Payload:
         listing: dict[str, Any] = dict(await super()._serve_list(request))  # type: ignore[arg-type]
+        listing["metadata"] = {"resourceVersion": str(self._version)}
         selector = request.params.get("labelSelector")
         if selector:
             listing["items"] = [
@@ -243,9 +333,13 @@ class FakeKubeApi(KubernetesEmulator):
         self, api_version: str, plural: str, namespace: str | None = None
     ) -> list[dict[str, Any]]:
         """Every stored object of a kind (in one namespace, or all when None)."""
-        wanted = kmock.resource(f"{api_version}/{plural}")
+        return self.all_of_resource(kmock.resource(f"{api_version}/{plural}"), namespace)
+
+    def all_of_resource(
+        self, wanted: kmock.resource, namespace: str | None
+    ) -> list[dict[str, Any]]:
         return [
-            copy.deepcopy(obj.raw)
+            _plain(obj.raw)
             for (resource, ns, _), obj in list(self.objects.items())
             if resource == wanted and namespace in (None, ns) and not obj.deleted
         ]
