@@ -1,0 +1,213 @@
+"""A Cluster made real: its children applied, its brokers rolled, its health observed.
+
+The handlers (:mod:`shoal.operator.handlers`) call these in order on every
+create, update and resume: :func:`apply_children` (the builders' manifests,
+merge-patched), :func:`roll_brokers` (each broker pod whose template hash is
+out of date, one at a time, each only when the cluster says it is safe), and
+:func:`observe` with :func:`cluster_status` for the status. The timer calls
+only the last two.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from shoal.operator import conditions
+from shoal.operator.builders import broker_template_hash, build_children, outdated_brokers
+from shoal.operator.cluster_spec import ClusterSpec
+from shoal.operator.context import OperatorContext
+from shoal.operator.endpoints import ClusterEndpoints, broker_pod
+from shoal.operator.kafka_admin import ClusterAdmin, KafkaAdminError
+from shoal.operator.kube import KubeClient
+from shoal.operator.pods import pod_ready, restart_pod
+from shoal.operator.roller import Roller
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[str, str], Awaitable[None]]
+"""(reason, message) -> report work in progress in the Cluster's status."""
+
+
+def broker_selector(cluster: str) -> str:
+    return f"app.kubernetes.io/instance={cluster},app.kubernetes.io/component=broker"
+
+
+async def apply_children(
+    kube: KubeClient, name: str, namespace: str, uid: str, spec: ClusterSpec, image: str
+) -> list[dict[str, Any]]:
+    """Apply every child the builders make; returns the manifests."""
+    children = build_children(name, namespace, uid, spec, image)
+    for child in children:
+        await kube.apply(child)
+    return children
+
+
+async def delete_unowned_children(
+    kube: KubeClient, name: str, namespace: str, uid: str, spec: ClusterSpec, image: str
+) -> None:
+    """Delete the children the garbage collector will not: those without an owner
+    reference (cluster-scoped ones cannot have a namespaced owner)."""
+    for child in build_children(name, namespace, uid, spec, image):
+        meta = child["metadata"]
+        if not meta.get("ownerReferences"):
+            await kube.delete(
+                child["apiVersion"], child["kind"], meta.get("namespace"), meta["name"]
+            )
+
+
+async def broker_pods(kube: KubeClient, namespace: str, cluster: str) -> list[dict[str, Any]]:
+    return await kube.list("v1", "Pod", namespace, broker_selector(cluster))
+
+
+async def roll_brokers(
+    ctx: OperatorContext,
+    kube: KubeClient,
+    namespace: str,
+    cluster: str,
+    spec: ClusterSpec,
+    endpoints: ClusterEndpoints,
+    progress: Progress,
+) -> list[int]:
+    """Restart every broker whose pod runs an outdated template; returns their ids.
+
+    Raises the roller's RollBlocked or RollStalled, or PodNotBack, when a
+    broker cannot restart safely or does not come back in time; the brokers
+    restarted before stay restarted, so the next attempt continues.
+    """
+    wanted = broker_template_hash(spec, ctx.default_image)
+    pods = [p for p in await broker_pods(kube, namespace, cluster) if _index(p) < spec.brokers]
+    outdated = outdated_brokers(pods, wanted)
+    if not outdated:
+        return []
+    intervals = ctx.intervals
+    restart = partial(
+        _restart_broker,
+        kube,
+        namespace,
+        cluster,
+        wanted,
+        intervals.pod_ready_timeout_s,
+        intervals.pod_poll_s,
+    )
+    async with ClusterAdmin(endpoints.brokers_bootstrap) as admin:
+        roller = Roller(
+            admin,
+            safe_timeout_s=intervals.roll_safe_timeout_s,
+            rejoin_timeout_s=intervals.roll_rejoin_timeout_s,
+            poll_s=intervals.roll_poll_s,
+        )
+        order = await roller.order(outdated)
+        for step, node_id in enumerate(order, start=1):
+            await progress(
+                "RollingBrokers",
+                f"restarting broker {node_id} ({step} of {len(order)}: {order})",
+            )
+            await roller.restart_safely(node_id, partial(restart, node_id))
+            ctx.metrics.broker_restarts.inc()
+    return order
+
+
+async def _restart_broker(
+    kube: KubeClient,
+    namespace: str,
+    cluster: str,
+    template_hash: str,
+    timeout_s: float,
+    poll_s: float,
+    node_id: int,
+) -> None:
+    await restart_pod(
+        kube, namespace, broker_pod(cluster, node_id), template_hash, timeout_s, poll_s
+    )
+
+
+def _index(pod: Mapping[str, Any]) -> int:
+    """A broker pod's node id (its StatefulSet ordinal)."""
+    return int(pod["metadata"]["name"].rsplit("-", 1)[1])
+
+
+@dataclass(frozen=True)
+class ClusterHealth:
+    desired: int
+    ready: int
+    partitions: int = 0
+    under_replicated: int = 0
+    offline: int = 0
+    unreachable: str | None = None
+    """Why the brokers could not be asked, when they could not."""
+
+
+async def observe(
+    kube: KubeClient, namespace: str, cluster: str, spec: ClusterSpec, endpoints: ClusterEndpoints
+) -> ClusterHealth:
+    """Ready broker pods (from Kubernetes) and partition health (from the brokers)."""
+    pods = await broker_pods(kube, namespace, cluster)
+    ready = sum(1 for p in pods if pod_ready(p) and _index(p) < spec.brokers)
+    try:
+        async with ClusterAdmin(endpoints.brokers_bootstrap) as admin:
+            partitions = await admin.partitions()
+    except KafkaAdminError as exc:
+        return ClusterHealth(spec.brokers, ready, unreachable=str(exc))
+    return ClusterHealth(
+        desired=spec.brokers,
+        ready=ready,
+        partitions=len(partitions),
+        under_replicated=sum(1 for p in partitions if p.under_replicated),
+        offline=sum(1 for p in partitions if p.offline),
+    )
+
+
+def cluster_status(
+    health: ClusterHealth,
+    generation: int,
+    previous: Sequence[Mapping[str, Any]],
+    endpoints: ClusterEndpoints,
+    image: str | None,
+) -> dict[str, Any]:
+    """The Cluster's status for what :func:`observe` saw.
+
+    ``image`` is the image every broker runs (None while a roll is unfinished:
+    the previous value stays).
+    """
+    if health.unreachable is not None:
+        found = conditions.not_ready(previous, generation, "BrokersUnreachable", health.unreachable)
+    elif health.ready < health.desired:
+        found = conditions.not_ready(
+            previous,
+            generation,
+            "BrokersNotReady",
+            f"{health.ready} of {health.desired} brokers are ready",
+        )
+    elif health.offline:
+        found = conditions.degraded(
+            previous,
+            generation,
+            "PartitionsOffline",
+            f"{health.offline} partition(s) have no leader",
+        )
+    else:
+        message = (
+            f"{health.under_replicated} partition(s) under-replicated"
+            if health.under_replicated
+            else "all brokers ready, every partition fully replicated"
+        )
+        found = conditions.ready(previous, generation, message)
+    status: dict[str, Any] = {
+        "observedGeneration": generation,
+        "conditions": found,
+        "brokers": {"desired": health.desired, "ready": health.ready},
+        "bootstrap": endpoints.gateway_bootstrap,
+    }
+    if health.unreachable is None:
+        status["partitions"] = {
+            "total": health.partitions,
+            "underReplicated": health.under_replicated,
+            "offline": health.offline,
+        }
+    if image is not None:
+        status["image"] = image
+    return status

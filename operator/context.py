@@ -1,0 +1,79 @@
+"""What every handler needs, kept in kopf's memo: settings, and the Kubernetes client.
+
+``shoal operator`` builds one :class:`OperatorContext` from its flags; tests
+build their own, pointing the :data:`~shoal.operator.endpoints.EndpointResolver`
+at local processes and giving a fixed :class:`kopf.ConnectionInfo` for the
+fake API server. The login handler fills in :attr:`OperatorContext.kube`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Final
+
+import kopf
+from prometheus_client import CollectorRegistry, Counter
+from shoal.operator.endpoints import EndpointResolver, in_cluster_endpoints
+from shoal.operator.kube import KubeClient
+
+MEMO_KEY: Final = "shoal"
+
+
+@dataclass(frozen=True)
+class Intervals:
+    """How often the timers look again, and how long the roller and pods may take."""
+
+    cluster_status_s: float = 30
+    """The Cluster timer: brokers and partitions health into its status."""
+    topic_drift_s: float = 60
+    """The Topic timer: recreate a topic someone deleted on the brokers, undo config drift."""
+    tenant_drift_s: float = 60
+    retry_s: float = 15
+    """Delay before kopf retries a handler that could not finish (cluster unreachable, ...)."""
+    roll_safe_timeout_s: float = 300
+    roll_rejoin_timeout_s: float = 600
+    roll_poll_s: float = 2
+    pod_ready_timeout_s: float = 600
+    """How long a restarted broker pod may take to come back Ready."""
+    pod_poll_s: float = 1
+
+
+class OperatorMetrics:
+    """The operator's Prometheus series, in a registry of its own (``--metrics-listen``)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.reconciles = Counter(
+            "shoal_operator_reconciles",
+            "Handler runs by resource kind and result (ok, retry, failed).",
+            ["kind", "result"],
+            registry=self.registry,
+        )
+        self.broker_restarts = Counter(
+            "shoal_operator_broker_restarts",
+            "Broker pods the roller restarted.",
+            registry=self.registry,
+        )
+
+
+@dataclass
+class OperatorContext:
+    default_image: str
+    """The image a Cluster's pods run unless its spec names one (the operator's own)."""
+    resolver: EndpointResolver = in_cluster_endpoints
+    connection: kopf.ConnectionInfo | None = None
+    """Fixed credentials (tests); None logs in with the pod's service account or kubeconfig."""
+    intervals: Intervals = field(default_factory=Intervals)
+    metrics: OperatorMetrics = field(default_factory=OperatorMetrics)
+    kube: KubeClient | None = None
+
+    def client(self) -> KubeClient:
+        if self.kube is None:
+            raise kopf.TemporaryError("not logged in to the Kubernetes API yet", delay=5)
+        return self.kube
+
+
+def context_of(memo: kopf.Memo) -> OperatorContext:
+    ctx = memo[MEMO_KEY]
+    assert isinstance(ctx, OperatorContext)
+    return ctx

@@ -1,0 +1,568 @@
+"""kopf handlers for Cluster, Topic and Tenant: thin, they call the modules that do the work.
+
+:func:`build_registry` registers every handler on a fresh
+:class:`kopf.OperatorRegistry`, so ``shoal operator`` and the tests run the
+same handlers, each with its own :class:`~shoal.operator.context.OperatorContext`
+in kopf's memo. Each resource follows one pattern:
+
+* create / update / resume reconcile, then write the status (conditions
+  Ready, Reconciling, Degraded; observedGeneration) through the status
+  subresource, also when they fail, so ``kubectl get`` tells what is wrong;
+* what waiting may fix raises :class:`kopf.TemporaryError` (kopf retries);
+  what only the user can fix raises :class:`kopf.PermanentError`, and the
+  next change of the spec tries again;
+* a timer repeats the reconcile (Topic, Tenant: drift on the cluster) or
+  observes health (Cluster);
+* deletion goes through a finalizer (kopf's on.delete) so the topic, or the
+  tenant's keys and topics, are removed from the cluster before the
+  resource disappears.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Mapping
+from typing import Any, Final
+
+import kopf
+from shoal.operator import conditions
+from shoal.operator.cluster_reconcile import (
+    apply_children,
+    cluster_status,
+    delete_unowned_children,
+    observe,
+    roll_brokers,
+)
+from shoal.operator.cluster_spec import ClusterSpec
+from shoal.operator.context import Intervals, OperatorContext, context_of
+from shoal.operator.endpoints import ClusterEndpoints
+from shoal.operator.kafka_admin import ClusterAdmin, KafkaAdminError
+from shoal.operator.kube import KubeClient, KubeError
+from shoal.operator.pods import PodNotBack
+from shoal.operator.roller import RollBlocked, RollStalled
+from shoal.operator.tenants import (
+    TENANT_LABEL,
+    KeySecret,
+    TenantSpec,
+    read_key_secret,
+    reconcile_tenant,
+    remove_tenant,
+)
+from shoal.operator.topics import TopicError, TopicSpec, reconcile_topic, remove_topic
+from shoal.tenancy.store import TenancyStore, TenancyStoreError
+
+log = logging.getLogger(__name__)
+
+GROUP: Final = "shoal.dev"
+VERSION: Final = "v1alpha1"
+API_VERSION: Final = f"{GROUP}/{VERSION}"
+
+
+class ClusterMissing(Exception):  # noqa: N818 (reads as the state it reports)
+    """The Cluster a Topic or Tenant names does not exist (yet)."""
+
+
+def _namespaced(namespace: str | None) -> str:
+    """Our kinds are namespaced; kopf types the namespace for cluster-scoped kinds too."""
+    if namespace is None:
+        raise kopf.PermanentError("a Shoal resource must live in a namespace")
+    return namespace
+
+
+def _generation(meta: Mapping[str, Any]) -> int:
+    return int(meta.get("generation") or 1)
+
+
+def _conditions(status: Mapping[str, Any]) -> list[dict[str, Any]]:
+    return [dict(c) for c in status.get("conditions") or []]
+
+
+async def _write_status(
+    kube: KubeClient, kind: str, namespace: str, name: str, status: Mapping[str, Any]
+) -> None:
+    try:
+        await kube.patch_status(API_VERSION, kind, namespace, name, status)
+    except KubeError as exc:
+        if exc.status != 404:  # deleted meanwhile: nothing left to report on
+            raise
+
+
+async def _resolve_cluster(
+    ctx: OperatorContext, kube: KubeClient, namespace: str, cluster: str
+) -> tuple[ClusterSpec, ClusterEndpoints]:
+    found = await kube.get(API_VERSION, "Cluster", namespace, cluster)
+    if found is None:
+        raise ClusterMissing(f"Cluster {cluster} does not exist in namespace {namespace}")
+    spec = ClusterSpec.from_spec(found.get("spec") or {})
+    return spec, ctx.resolver(namespace, cluster, spec.brokers)
+
+
+async def _counted(ctx: OperatorContext, kind: str, work: Awaitable[None]) -> None:
+    """Run a reconcile, counting its result for /metrics."""
+    try:
+        await work
+    except kopf.TemporaryError:
+        ctx.metrics.reconciles.labels(kind, "retry").inc()
+        raise
+    except Exception:
+        ctx.metrics.reconciles.labels(kind, "failed").inc()
+        raise
+    ctx.metrics.reconciles.labels(kind, "ok").inc()
+
+
+# --- Cluster ---------------------------------------------------------------------------------
+
+
+async def _cluster_reconcile(
+    ctx: OperatorContext,
+    name: str,
+    namespace: str,
+    uid: str,
+    meta: Mapping[str, Any],
+    spec: Mapping[str, Any],
+    status: Mapping[str, Any],
+) -> None:
+    kube = ctx.client()
+    generation = _generation(meta)
+    found = _conditions(status)
+    try:
+        cluster = ClusterSpec.from_spec(spec)
+    except ValueError as exc:
+        found = conditions.degraded(found, generation, "InvalidSpec", str(exc))
+        await _write_status(kube, "Cluster", namespace, name, {"conditions": found})
+        raise kopf.PermanentError(str(exc)) from exc
+    endpoints = ctx.resolver(namespace, name, cluster.brokers)
+    image = cluster.image or ctx.default_image
+
+    async def progress(reason: str, message: str) -> None:
+        nonlocal found
+        found = conditions.reconciling(found, generation, reason, message)
+        await _write_status(kube, "Cluster", namespace, name, {"conditions": found})
+
+    await progress("Applying", "applying the cluster's StatefulSets, Services and policies")
+    await apply_children(kube, name, namespace, uid, cluster, ctx.default_image)
+    try:
+        await roll_brokers(ctx, kube, namespace, name, cluster, endpoints, progress)
+    except (RollBlocked, RollStalled, PodNotBack) as exc:
+        await progress("RollWaiting", str(exc))
+        raise kopf.TemporaryError(str(exc), delay=ctx.intervals.retry_s) from exc
+    health = await observe(kube, namespace, name, cluster, endpoints)
+    await _write_status(
+        kube,
+        "Cluster",
+        namespace,
+        name,
+        cluster_status(health, generation, found, endpoints, image),
+    )
+
+
+async def _cluster_observe(
+    ctx: OperatorContext,
+    name: str,
+    namespace: str,
+    meta: Mapping[str, Any],
+    spec: Mapping[str, Any],
+    status: Mapping[str, Any],
+) -> None:
+    found = _conditions(status)
+    if conditions.is_true(found, conditions.RECONCILING):
+        return  # the reconcile in progress owns the status until it finishes
+    if status.get("observedGeneration") != _generation(meta):
+        return  # a change not reconciled yet: its handler will report
+    try:
+        cluster = ClusterSpec.from_spec(spec)
+    except ValueError:
+        return  # reported as Degraded by the reconcile
+    kube = ctx.client()
+    endpoints = ctx.resolver(namespace, name, cluster.brokers)
+    health = await observe(kube, namespace, name, cluster, endpoints)
+    fresh = cluster_status(health, _generation(meta), found, endpoints, None)
+    await _write_status(kube, "Cluster", namespace, name, fresh)
+
+
+async def _cluster_delete(
+    ctx: OperatorContext, name: str, namespace: str, uid: str, spec: Mapping[str, Any]
+) -> None:
+    try:
+        cluster = ClusterSpec.from_spec(spec)
+    except ValueError:
+        return  # never applied, nothing of ours to remove
+    await delete_unowned_children(ctx.client(), name, namespace, uid, cluster, ctx.default_image)
+
+
+# --- Topic -----------------------------------------------------------------------------------
+
+
+async def _topic_reconcile(
+    ctx: OperatorContext,
+    name: str,
+    namespace: str,
+    meta: Mapping[str, Any],
+    spec: Mapping[str, Any],
+    status: Mapping[str, Any],
+) -> None:
+    kube = ctx.client()
+    generation = _generation(meta)
+    found = _conditions(status)
+
+    async def fail(reason: str, message: str, retry: bool) -> None:
+        failed = conditions.not_ready(found, generation, reason, message)
+        await _write_status(
+            kube,
+            "Topic",
+            namespace,
+            name,
+            {"observedGeneration": generation, "conditions": failed, "lastError": message},
+        )
+        if retry:
+            raise kopf.TemporaryError(message, delay=ctx.intervals.retry_s)
+        raise kopf.PermanentError(message)
+
+    try:
+        topic = TopicSpec.from_resource(name, spec)
+        _, endpoints = await _resolve_cluster(ctx, kube, namespace, topic.cluster)
+        async with (
+            ClusterAdmin(endpoints.brokers_bootstrap) as admin,
+            TenancyStore(endpoints.etcd_url) as tenancy,
+        ):
+            result = await reconcile_topic(admin, tenancy, topic)
+    except ClusterMissing as exc:
+        await fail("ClusterNotFound", str(exc), retry=True)
+    except TopicError as exc:
+        await fail("TopicError", str(exc), retry=exc.retryable)
+    except (KafkaAdminError, TenancyStoreError) as exc:
+        await fail("ClusterUnreachable", str(exc), retry=True)
+    except ValueError as exc:
+        await fail("InvalidSpec", str(exc), retry=False)
+    else:
+        message = (
+            f"{result.get('underReplicated')} partition(s) under-replicated"
+            if result.get("underReplicated")
+            else f"topic {result.get('topicName')} exists on cluster {topic.cluster}"
+        )
+        await _write_status(
+            kube,
+            "Topic",
+            namespace,
+            name,
+            {
+                **result,
+                "observedGeneration": generation,
+                "conditions": conditions.ready(found, generation, message),
+                "lastError": None,
+            },
+        )
+
+
+async def _topic_delete(
+    ctx: OperatorContext, name: str, namespace: str, spec: Mapping[str, Any]
+) -> None:
+    kube = ctx.client()
+    try:
+        topic = TopicSpec.from_resource(name, spec)
+        _, endpoints = await _resolve_cluster(ctx, kube, namespace, topic.cluster)
+    except (ValueError, ClusterMissing) as exc:
+        log.info("event=topic_release namespace=%s topic=%s reason=%r", namespace, name, str(exc))
+        return  # never made, or its cluster is gone with it
+    try:
+        async with ClusterAdmin(endpoints.brokers_bootstrap) as admin:
+            await remove_topic(admin, topic)
+    except (TopicError, KafkaAdminError) as exc:
+        raise kopf.TemporaryError(str(exc), delay=ctx.intervals.retry_s) from exc
+
+
+# --- Tenant ----------------------------------------------------------------------------------
+
+
+async def _known_keys(
+    kube: KubeClient, namespace: str, tenant: str, owner_uid: str
+) -> dict[str, KeySecret]:
+    """What the tenant's existing key Secrets (the ones this Tenant owns) hold."""
+    known = {}
+    for secret in await kube.list("v1", "Secret", namespace, f"{TENANT_LABEL}={tenant}"):
+        owners = secret["metadata"].get("ownerReferences") or []
+        if not any(ref.get("uid") == owner_uid for ref in owners):
+            continue
+        held = read_key_secret(secret)
+        if held is not None:
+            known[held.key_name] = held
+    return known
+
+
+def _owned_by_tenant(manifest: Mapping[str, Any], name: str, uid: str) -> dict[str, Any]:
+    owned = dict(manifest)
+    owned["metadata"] = {
+        **manifest["metadata"],
+        "ownerReferences": [
+            {
+                "apiVersion": API_VERSION,
+                "kind": "Tenant",
+                "name": name,
+                "uid": uid,
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ],
+    }
+    return owned
+
+
+async def _tenant_reconcile(
+    ctx: OperatorContext,
+    name: str,
+    namespace: str,
+    uid: str,
+    meta: Mapping[str, Any],
+    spec: Mapping[str, Any],
+    status: Mapping[str, Any],
+) -> None:
+    kube = ctx.client()
+    generation = _generation(meta)
+    found = _conditions(status)
+
+    async def fail(reason: str, message: str, retry: bool) -> None:
+        failed = conditions.not_ready(found, generation, reason, message)
+        await _write_status(
+            kube,
+            "Tenant",
+            namespace,
+            name,
+            {"observedGeneration": generation, "conditions": failed, "lastError": message},
+        )
+        if retry:
+            raise kopf.TemporaryError(message, delay=ctx.intervals.retry_s)
+        raise kopf.PermanentError(message)
+
+    try:
+        tenant = TenantSpec.from_resource(name, spec, namespace)
+        cluster, endpoints = await _resolve_cluster(ctx, kube, namespace, tenant.cluster)
+        known = await _known_keys(kube, namespace, tenant.tenant, uid)
+        async with TenancyStore(endpoints.etcd_url) as store:
+            outcome = await reconcile_tenant(
+                store, tenant, known, endpoints, tls=cluster.gateway_tls_secret is not None
+            )
+    except ClusterMissing as exc:
+        await fail("ClusterNotFound", str(exc), retry=True)
+    except TenancyStoreError as exc:
+        await fail("ClusterUnreachable", str(exc), retry=True)
+    except ValueError as exc:
+        await fail("InvalidSpec", str(exc), retry=False)
+    else:
+        for secret in outcome.secrets:
+            await kube.apply(_owned_by_tenant(secret, name, uid))
+        for obsolete in outcome.obsolete_secrets:
+            await kube.delete("v1", "Secret", namespace, obsolete)
+        message = f"tenant {tenant.tenant} has {len(outcome.secrets)} key(s)"
+        await _write_status(
+            kube,
+            "Tenant",
+            namespace,
+            name,
+            {
+                **outcome.status,
+                "observedGeneration": generation,
+                "conditions": conditions.ready(found, generation, message),
+                "lastError": None,
+            },
+        )
+
+
+async def _tenant_delete(
+    ctx: OperatorContext, name: str, namespace: str, uid: str, spec: Mapping[str, Any]
+) -> None:
+    kube = ctx.client()
+    try:
+        tenant = TenantSpec.from_resource(name, spec, namespace)
+        _, endpoints = await _resolve_cluster(ctx, kube, namespace, tenant.cluster)
+    except (ValueError, ClusterMissing) as exc:
+        log.info("event=tenant_release namespace=%s tenant=%s reason=%r", namespace, name, str(exc))
+        return
+    # The tenant's Topic resources go first: their drift timers would recreate
+    # the topics remove_tenant deletes. Their own finalizers delete them on the
+    # brokers too; remove_tenant catches any left.
+    for topic in await kube.list(API_VERSION, "Topic", namespace):
+        topic_spec = topic.get("spec") or {}
+        if topic_spec.get("tenant") == tenant.tenant and topic_spec.get("cluster") == (
+            tenant.cluster
+        ):
+            await kube.delete(API_VERSION, "Topic", namespace, topic["metadata"]["name"])
+    try:
+        async with (
+            ClusterAdmin(endpoints.brokers_bootstrap) as admin,
+            TenancyStore(endpoints.etcd_url) as store,
+        ):
+            await remove_tenant(store, admin, tenant)
+    except (KafkaAdminError, TenancyStoreError) as exc:
+        raise kopf.TemporaryError(str(exc), delay=ctx.intervals.retry_s) from exc
+    # Owner references would let Kubernetes collect them; deleting now means no
+    # revoked credentials linger in the namespace meanwhile.
+    for secret in await kube.list("v1", "Secret", namespace, f"{TENANT_LABEL}={tenant.tenant}"):
+        if any(r.get("uid") == uid for r in secret["metadata"].get("ownerReferences") or []):
+            await kube.delete("v1", "Secret", namespace, secret["metadata"]["name"])
+
+
+# --- Registration ----------------------------------------------------------------------------
+
+
+def build_registry(intervals: Intervals) -> kopf.OperatorRegistry:
+    """Every handler of the operator on a new registry.
+
+    kopf fixes timer intervals at registration: pass the ``Intervals`` of the
+    context the memo will hold. A timer first fires one interval after the
+    resource appears, once its create handler has had its turn.
+    """
+    registry = kopf.OperatorRegistry()
+
+    @kopf.on.login(registry=registry)
+    async def login(memo: kopf.Memo, **kwargs: Any) -> kopf.ConnectionInfo | None:
+        ctx = context_of(memo)
+        info = (
+            ctx.connection
+            or kopf.login_with_service_account(**kwargs)
+            or kopf.login_with_kubeconfig(**kwargs)
+        )
+        if info is not None:
+            if ctx.kube is not None:
+                await ctx.kube.close()
+            ctx.kube = KubeClient(info)
+        return info
+
+    @kopf.on.cleanup(registry=registry)
+    async def close_client(memo: kopf.Memo, **_: Any) -> None:
+        ctx = context_of(memo)
+        if ctx.kube is not None:
+            await ctx.kube.close()
+            ctx.kube = None
+
+    @kopf.on.create(GROUP, VERSION, "clusters", registry=registry)
+    @kopf.on.update(GROUP, VERSION, "clusters", field="spec", registry=registry)
+    @kopf.on.resume(GROUP, VERSION, "clusters", registry=registry)
+    async def cluster_changed(
+        name: str,
+        namespace: str | None,
+        uid: str,
+        meta: kopf.Meta,
+        spec: kopf.Spec,
+        status: kopf.Status,
+        memo: kopf.Memo,
+        **_: Any,
+    ) -> None:
+        ctx = context_of(memo)
+        await _counted(
+            ctx,
+            "Cluster",
+            _cluster_reconcile(ctx, name, _namespaced(namespace), uid, meta, spec, status),
+        )
+
+    @kopf.timer(
+        GROUP,
+        VERSION,
+        "clusters",
+        interval=intervals.cluster_status_s,
+        initial_delay=intervals.cluster_status_s,
+        registry=registry,
+    )
+    async def cluster_health(
+        name: str,
+        namespace: str | None,
+        meta: kopf.Meta,
+        spec: kopf.Spec,
+        status: kopf.Status,
+        memo: kopf.Memo,
+        **_: Any,
+    ) -> None:
+        await _cluster_observe(context_of(memo), name, _namespaced(namespace), meta, spec, status)
+
+    @kopf.on.delete(GROUP, VERSION, "clusters", registry=registry)
+    async def cluster_deleted(
+        name: str, namespace: str | None, uid: str, spec: kopf.Spec, memo: kopf.Memo, **_: Any
+    ) -> None:
+        await _cluster_delete(context_of(memo), name, _namespaced(namespace), uid, spec)
+
+    @kopf.on.create(GROUP, VERSION, "topics", registry=registry)
+    @kopf.on.update(GROUP, VERSION, "topics", field="spec", registry=registry)
+    @kopf.on.resume(GROUP, VERSION, "topics", registry=registry)
+    @kopf.timer(
+        GROUP,
+        VERSION,
+        "topics",
+        interval=intervals.topic_drift_s,
+        initial_delay=intervals.topic_drift_s,
+        registry=registry,
+    )
+    async def topic_changed(
+        name: str,
+        namespace: str | None,
+        meta: kopf.Meta,
+        spec: kopf.Spec,
+        status: kopf.Status,
+        memo: kopf.Memo,
+        **_: Any,
+    ) -> None:
+        ctx = context_of(memo)
+        await _counted(
+            ctx, "Topic", _topic_reconcile(ctx, name, _namespaced(namespace), meta, spec, status)
+        )
+
+    @kopf.on.delete(GROUP, VERSION, "topics", registry=registry)
+    async def topic_deleted(
+        name: str, namespace: str | None, spec: kopf.Spec, memo: kopf.Memo, **_: Any
+    ) -> None:
+        await _topic_delete(context_of(memo), name, _namespaced(namespace), spec)
+
+    @kopf.on.create(GROUP, VERSION, "tenants", registry=registry)
+    @kopf.on.update(GROUP, VERSION, "tenants", field="spec", registry=registry)
+    @kopf.on.resume(GROUP, VERSION, "tenants", registry=registry)
+    @kopf.timer(
+        GROUP,
+        VERSION,
+        "tenants",
+        interval=intervals.tenant_drift_s,
+        initial_delay=intervals.tenant_drift_s,
+        registry=registry,
+    )
+    async def tenant_changed(
+        name: str,
+        namespace: str | None,
+        uid: str,
+        meta: kopf.Meta,
+        spec: kopf.Spec,
+        status: kopf.Status,
+        memo: kopf.Memo,
+        **_: Any,
+    ) -> None:
+        ctx = context_of(memo)
+        await _counted(
+            ctx,
+            "Tenant",
+            _tenant_reconcile(ctx, name, _namespaced(namespace), uid, meta, spec, status),
+        )
+
+    @kopf.on.delete(GROUP, VERSION, "tenants", registry=registry)
+    async def tenant_deleted(
+        name: str, namespace: str | None, uid: str, spec: kopf.Spec, memo: kopf.Memo, **_: Any
+    ) -> None:
+        await _tenant_delete(context_of(memo), name, _namespaced(namespace), uid, spec)
+
+    return registry
+
+
+def operator_settings(namespaced: bool) -> kopf.OperatorSettings:
+    """kopf's settings for Shoal: progress in annotations, one operator replica.
+
+    kopf's default also keeps progress in ``status.kopf``, which our CRDs'
+    structural schemas would prune; annotations are kept as written. One
+    replica serves (the Deployment has one), so no peering resources are needed.
+    ``namespaced``: the operator serves a given list of namespaces; it then has
+    Roles there and no right to list namespaces, so kopf takes the list as it
+    is instead of scanning the cluster for it.
+    """
+    settings = kopf.OperatorSettings()
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=GROUP, key="last-handled-configuration"
+    )
+    settings.peering.standalone = True
+    settings.posting.level = logging.WARNING
+    settings.scanning.disabled = namespaced
+    return settings

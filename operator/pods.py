@@ -1,0 +1,70 @@
+"""Broker pods: whether one is Ready, and restarting one for the roller.
+
+The broker StatefulSet uses ``updateStrategy: OnDelete``: Kubernetes
+recreates a deleted pod from the current template but never replaces one on
+its own, so the roller decides when each broker restarts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from shoal.operator.builders import TEMPLATE_HASH
+from shoal.operator.kube import KubeClient
+
+log = logging.getLogger(__name__)
+
+
+class PodNotBack(Exception):  # noqa: N818 (reads as what happened)
+    """A restarted pod did not come back Ready with the wanted template in time."""
+
+
+def pod_ready(pod: Mapping[str, Any]) -> bool:
+    if (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return False
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def pod_template_hash(pod: Mapping[str, Any]) -> str | None:
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    value = annotations.get(TEMPLATE_HASH)
+    return value if isinstance(value, str) else None
+
+
+async def restart_pod(
+    kube: KubeClient,
+    namespace: str,
+    name: str,
+    template_hash: str,
+    timeout_s: float,
+    poll_s: float,
+) -> None:
+    """Delete pod ``name`` and wait until its successor is Ready with ``template_hash``.
+
+    Returns only after the old pod is gone (not merely terminating), as the
+    roller requires: until then the old broker may still hold its ISR places.
+    """
+    old = await kube.get("v1", "Pod", namespace, name)
+    old_uid = (old or {}).get("metadata", {}).get("uid")
+    await kube.delete("v1", "Pod", namespace, name)
+    log.info("event=broker_pod_deleted namespace=%s pod=%s", namespace, name)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while True:
+        pod = await kube.get("v1", "Pod", namespace, name)
+        if (
+            pod is not None
+            and pod["metadata"].get("uid") != old_uid
+            and pod_template_hash(pod) == template_hash
+            and pod_ready(pod)
+        ):
+            return
+        if loop.time() >= deadline:
+            raise PodNotBack(
+                f"pod {name} did not come back Ready with the new template in {timeout_s:g} s"
+            )
+        await asyncio.sleep(poll_s)
