@@ -1,6 +1,6 @@
 """The ``shoal`` command: one entry point for every component and for humans.
 
-``shoal broker`` and ``shoal gateway`` run one component each (container
+``shoal broker``, ``shoal gateway`` and ``shoal operator`` run one component each (container
 entry points); ``shoal dev`` runs a local cluster; ``shoal topic``, ``shoal produce`` and ``shoal
 consume`` are a Kafka client for people; ``shoal bench produce|consume|e2e``
 measures any Kafka-compatible cluster as Kafka's perf-test tools do; ``shoal
@@ -20,6 +20,7 @@ from shoal.cli.dev import dev
 from shoal.cli.gateway import gateway
 from shoal.cli.group import group_app
 from shoal.cli.oauth import oauth_app
+from shoal.cli.operator import operator
 from shoal.cli.rack import rack_of_node_command
 from shoal.cli.records import consume, produce
 from shoal.cli.tenancy import acl_app, key_app, quota_app, tenant_app
@@ -35,6 +36,7 @@ app = typer.Typer(
 app.command()(broker)
 app.command()(dev)
 app.command()(gateway)
+app.command()(operator)
 app.command()(produce)
 app.command()(consume)
 app.command(name="rack-of-node")(rack_of_node_command)
