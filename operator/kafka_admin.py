@@ -9,7 +9,7 @@ a tenant's topic ``orders`` is ``acme.orders``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from types import TracebackType
 from typing import Any, Final
@@ -17,6 +17,13 @@ from typing import Any, Final
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource
 from shoal.operator.cluster_state import PartitionInfo
+from shoal.operator.reassign_client import (
+    OngoingReassignment,
+    PartitionKey,
+    ReassignmentRequestError,
+    alter_reassignments,
+    list_reassignments,
+)
 
 TIMEOUT_S: Final = 15.0
 
@@ -100,3 +107,16 @@ class ClusterAdmin:
             topic: int(config.get("min.insync.replicas", "1"))
             for topic, config in (await self.topic_configs(topics)).items()
         }
+
+    async def reassign(self, plan: Mapping[PartitionKey, Sequence[int] | None]) -> None:
+        """Move each partition to its replica list (None cancels its move under way)."""
+        try:
+            await alter_reassignments(self.bootstrap, plan, self.timeout_s)
+        except ReassignmentRequestError as exc:
+            raise KafkaAdminError(str(exc)) from exc
+
+    async def reassignments_in_progress(self) -> dict[PartitionKey, OngoingReassignment]:
+        try:
+            return await list_reassignments(self.bootstrap, self.timeout_s)
+        except ReassignmentRequestError as exc:
+            raise KafkaAdminError(str(exc)) from exc

@@ -13,23 +13,44 @@ partition does not use yet costs one move; moves outweigh everything else, and
 among the cheapest plans those keeping each partition's current leader win.
 Leaders stay first where their broker stays; a partition that loses its
 leader gets, as preferred leader, the member that leads fewest partitions.
+
+:func:`drain_brokers` and :func:`spread_onto` are what the Cluster handler
+calls before shrinking and after growing the broker StatefulSet: read the
+partitions, plan, send the plan (AlterPartitionReassignments), and wait,
+bounded, until the brokers report every move done. Both are idempotent: a
+move still under way is planned from its target, so calling again after a
+timeout or an operator restart picks up where the last call stopped.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import replace
+from typing import Final
 
 import networkx as nx
 from shoal.operator.cluster_state import PartitionInfo
+from shoal.operator.kafka_admin import ClusterAdmin, KafkaAdminError
+
+log = logging.getLogger(__name__)
 
 PartitionKey = tuple[str, int]
 Plan = dict[PartitionKey, tuple[int, ...]]
 _SINK = "rounded-up shares"
+MOVE_TIMEOUT_S: Final = 600.0
+"""How long a drain or spread waits for the brokers to copy partitions."""
+_POLL_S: Final = 0.5
 
 
 class ReassignmentImpossible(Exception):  # noqa: N818 - the name the handlers code against
     """The brokers asked for cannot hold every partition's replicas."""
+
+
+class ReassignmentTimeoutError(Exception):
+    """Moves were started but did not finish in time; they carry on in the cluster."""
 
 
 def _leader(partition: PartitionInfo) -> int:
@@ -96,12 +117,12 @@ def _order(
 ) -> Plan:
     """The changed partitions' lists, leader first: the current one if it stays, else
     the member leading fewest partitions."""
-    changed = sorted(key for key, p in by_key.items() if set(members[key]) != set(p.replicas))
+    changed = {key for key, p in by_key.items() if set(members[key]) != set(p.replicas)}
     leading = Counter(
         _leader(p) for key, p in by_key.items() if key not in changed or _leader(p) in members[key]
     )
     plan: Plan = {}
-    for key in changed:
+    for key in sorted(changed):
         replicas = members[key]
         leader = _leader(by_key[key])
         if leader not in replicas:
@@ -109,3 +130,61 @@ def _order(
             leading[leader] += 1
         plan[key] = (leader, *(r for r in replicas if r != leader))
     return plan
+
+
+async def drain_brokers(
+    admin: ClusterAdmin, leaving: set[int], timeout_s: float = MOVE_TIMEOUT_S
+) -> Plan:
+    """Move every replica off ``leaving`` onto the other registered brokers, evenly,
+    and wait until done; the plan sent. Raises ReassignmentImpossible (nothing is
+    moved) when the brokers that stay cannot hold some partition's replicas."""
+    staying = [b for b in await admin.broker_ids() if b not in leaving]
+    return await _rebalance(admin, staying, timeout_s)
+
+
+async def spread_onto(
+    admin: ClusterAdmin, brokers: Sequence[int], timeout_s: float = MOVE_TIMEOUT_S
+) -> Plan:
+    """Spread every partition evenly over ``brokers`` (new ones included) and wait until
+    done; the plan sent. KafkaAdminError while a broker has not registered yet."""
+    missing = sorted(set(brokers) - set(await admin.broker_ids()))
+    if missing:
+        raise KafkaAdminError(f"brokers {missing} have not joined the cluster yet")
+    return await _rebalance(admin, brokers, timeout_s)
+
+
+async def _rebalance(admin: ClusterAdmin, brokers: Sequence[int], timeout_s: float) -> Plan:
+    ongoing = await admin.reassignments_in_progress()
+    partitions = [
+        replace(p, replicas=ongoing[key].target)
+        if (key := (p.topic, p.partition)) in ongoing
+        else p
+        for p in await admin.partitions()
+    ]
+    plan = plan_reassignment(partitions, brokers)
+    if plan:
+        log.info(
+            "event=reassignment_planned brokers=%s partitions=%d",
+            ",".join(map(str, brokers)),
+            len(plan),
+        )
+        await admin.reassign(plan)
+    await _wait_until_done(admin, set(plan) | set(ongoing), timeout_s)
+    return plan
+
+
+async def _wait_until_done(
+    admin: ClusterAdmin, moving: set[PartitionKey], timeout_s: float
+) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while moving:
+        moving &= set(await admin.reassignments_in_progress())
+        if not moving:
+            return
+        if loop.time() >= deadline:
+            names = ", ".join(f"{t}-{i}" for t, i in sorted(moving))
+            raise ReassignmentTimeoutError(
+                f"{len(moving)} partitions still moving after {timeout_s:g} s: {names}"
+            )
+        await asyncio.sleep(_POLL_S)

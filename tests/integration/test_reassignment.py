@@ -1,4 +1,5 @@
-"""Partition reassignment (KIP-455) on a real three-broker cluster.
+"""Partition reassignment (KIP-455) on a real three-broker cluster, and the operator's
+drain and spread built on it.
 
 AlterPartitionReassignments and ListPartitionReassignments go over the wire
 as raw kio requests (neither librdkafka nor kafka-python sends them); records
@@ -8,8 +9,10 @@ target as replicas and ISR, and leave no copy on the broker that left.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -21,18 +24,25 @@ from harness import BrokerProcess, EtcdServer, wait_until
 from kio.schema.errors import ErrorCode
 from raw_kafka import RawConnection, request_class
 from replicated import REPLICATED_ENV, Cluster
+from shoal.operator.kafka_admin import ClusterAdmin, KafkaAdminError
+from shoal.operator.rebalance import ReassignmentImpossible, drain_brokers, spread_onto
 
 ALTER, LIST = 45, 46
 RECORDS = 2000
+# Replication factor 2 everywhere (offsets topic included), so that two brokers can
+# hold everything and a drain of the third is possible.
+ENV = {
+    **REPLICATED_ENV,
+    "SHOAL_OFFSETS_TOPIC_REPLICATION_FACTOR": "2",
+    "SHOAL_DEFAULT_REPLICATION_FACTOR": "2",
+}
 
 
 @pytest.fixture(scope="module")
 def cluster(etcd: EtcdServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     root = tmp_path_factory.mktemp("reassign")
     chroot = etcd.chroot_url()  # a fresh cluster's namespace in the shared etcd
-    brokers = [
-        BrokerProcess(chroot, root / f"broker-{i}", i, env=dict(REPLICATED_ENV)) for i in range(3)
-    ]
+    brokers = [BrokerProcess(chroot, root / f"broker-{i}", i, env=dict(ENV)) for i in range(3)]
     try:
         for broker in brokers:
             broker.start()
@@ -99,18 +109,20 @@ def _controller(cluster: Cluster) -> int:
     return int(admin.describe_cluster().result(10).controller.id)
 
 
-def _produce(cluster: Cluster, topic: str) -> list[bytes]:
-    values = [os.urandom(64) + b"%d" % i for i in range(RECORDS)]
+def _produce(cluster: Cluster, topic: str, partition: int = 0, count: int = RECORDS) -> list[bytes]:
+    values = [os.urandom(64) + b"%d" % i for i in range(count)]
     producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
     failures: list[Any] = []
     for value in values:
-        producer.produce(topic, value, on_delivery=lambda err, _: err and failures.append(err))
+        producer.produce(
+            topic, value, partition=partition, on_delivery=lambda e, _: e and failures.append(e)
+        )
     assert producer.flush(30) == 0
     assert failures == []
     return values
 
 
-def _consume(cluster: Cluster, topic: str, count: int) -> list[bytes]:
+def _consume(cluster: Cluster, topic: str, count: int, partition: int = 0) -> list[bytes]:
     consumer = Consumer(
         {
             "bootstrap.servers": cluster.bootstrap,
@@ -118,11 +130,11 @@ def _consume(cluster: Cluster, topic: str, count: int) -> list[bytes]:
             "enable.auto.commit": False,
         }
     )
-    consumer.assign([TopicPartition(topic, 0, 0)])
+    consumer.assign([TopicPartition(topic, partition, 0)])
     values: list[bytes] = []
     try:
         while len(values) < count:
-            batch = consumer.consume(500, timeout=10)
+            batch = consumer.consume(min(500, count - len(values)), timeout=10)
             assert batch, f"only {len(values)} of {count} records came back"
             for message in batch:
                 assert message.error() is None, message.error()
@@ -212,4 +224,51 @@ def test_bad_reassignments_get_kafkas_errors(cluster: Cluster) -> None:
     assert _alter(cluster.brokers[0], {("refused", 0): None}) == {
         ("refused", 0): ErrorCode.no_reassignment_in_progress
     }
+    # The operator's client names what the cluster refused.
+    with pytest.raises(KafkaAdminError, match="refused-0: invalid_replica_assignment"):
+        asyncio.run(ClusterAdmin(cluster.bootstrap).reassign({("refused", 0): [0, 9]}))
     assert cluster.partitions("refused")[0].replicas == (0, 1)
+
+
+def _replica_counts(cluster: Cluster) -> Counter[int]:
+    metadata = cluster.admin().list_topics(timeout=10)
+    return Counter(
+        r for t in metadata.topics.values() for p in t.partitions.values() for r in p.replicas
+    )
+
+
+def _partition_dirs(broker: BrokerProcess) -> list[str]:
+    return sorted(d.name for d in broker.data_dir.iterdir() if d.is_dir() and "-" in d.name)
+
+
+def test_the_operator_refuses_a_drain_that_leaves_too_few_brokers(cluster: Cluster) -> None:
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic("wide", 1, 3)])["wide"].result(30)
+    try:
+        with pytest.raises(ReassignmentImpossible, match="wide-0 has 3 replicas"):
+            asyncio.run(drain_brokers(ClusterAdmin(cluster.bootstrap), {2}))
+        assert _ongoing(cluster.brokers[0]) == {}
+    finally:
+        admin.delete_topics(["wide"])["wide"].result(30)
+
+
+def test_the_operator_drains_a_broker_and_spreads_onto_it_again(cluster: Cluster) -> None:
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic("orders", 6, 2)])["orders"].result(30)
+    cluster.wait_full_isr("orders")
+    written = {p: _produce(cluster, "orders", p, 300) for p in range(6)}
+    assert _replica_counts(cluster)[2] > 0
+
+    plan = asyncio.run(drain_brokers(ClusterAdmin(cluster.bootstrap), {2}))
+    assert plan
+    assert _replica_counts(cluster)[2] == 0
+    for p in range(6):
+        assert _consume(cluster, "orders", 300, p) == written[p]
+    wait_until(lambda: _partition_dirs(cluster.brokers[2]) == [], 15, "broker 2 emptied")
+
+    asyncio.run(spread_onto(ClusterAdmin(cluster.bootstrap), [0, 1, 2]))
+    counts = _replica_counts(cluster)
+    assert max(counts.values()) - min(counts[b] for b in (0, 1, 2)) <= 1
+    cluster.wait_full_isr("orders")
+    for p in range(6):
+        assert _consume(cluster, "orders", 300, p) == written[p]
