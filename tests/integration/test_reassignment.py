@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 from harness import BrokerProcess, EtcdServer, wait_until
 from kio.schema.errors import ErrorCode
 from raw_kafka import RawConnection, request_class
@@ -187,6 +187,10 @@ def test_a_pending_move_is_listed_and_can_be_cancelled(cluster: Cluster) -> None
             (original[1],),
         )
         assert cluster.partitions("cancelled")[0].replicas == (original[0], joining, original[1])
+        # A partition added meanwhile has the topic's two replicas, not the three listed.
+        admin = AdminClient({"bootstrap.servers": cluster.brokers[original[0]].bootstrap})
+        admin.create_partitions([NewPartitions("cancelled", 2)])["cancelled"].result(30)
+        assert len(cluster.partitions("cancelled")[1].replicas) == 2
 
         assert _alter(cluster.brokers[original[0]], {("cancelled", 0): None}) == {
             ("cancelled", 0): ErrorCode.none
