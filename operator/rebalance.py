@@ -137,7 +137,11 @@ async def drain_brokers(
 ) -> Plan:
     """Move every replica off ``leaving`` onto the other registered brokers, evenly,
     and wait until done; the plan sent. Raises ReassignmentImpossible (nothing is
-    moved) when the brokers that stay cannot hold some partition's replicas."""
+    moved) when the brokers that stay cannot hold some partition's replicas.
+
+    Call it while every broker is up: one that is down is not registered, so
+    it is not among the brokers that stay, and its replicas move too.
+    """
     staying = [b for b in await admin.broker_ids() if b not in leaving]
     return await _rebalance(admin, staying, timeout_s)
 
