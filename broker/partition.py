@@ -146,9 +146,13 @@ class Partition:
         if new_role:
             self.leader_high_watermark = None
         if self.is_leader:
-            for node in replicas:
-                if node != self.node_id:
-                    self.followers.setdefault(node, FollowerState())
+            # A reassignment adds and removes replicas under the same leader: a removed
+            # one must not be offered to the ISR again from its last known position.
+            self.followers = {
+                node: self.followers.get(node, FollowerState())
+                for node in replicas
+                if node != self.node_id
+            }
             self.maybe_advance_high_watermark()
         self.wake()
         return new_role

@@ -113,6 +113,15 @@ def _check_assignment(
     return tuple(result)
 
 
+def _replication_factor(topic: TopicImage) -> int:
+    """Replicas per partition. A partition being moved also lists the replicas leaving
+    it (KIP-455), so the first partition's target is what counts."""
+    if not topic.record.assignment:
+        return 0
+    state = topic.partitions.get(0)
+    return len(topic.record.assignment[0]) - (len(state.removing) if state is not None else 0)
+
+
 class TopicAdmin:
     def __init__(
         self,
@@ -281,7 +290,7 @@ class TopicAdmin:
                     " assignments provided.",
                 )
             new = _check_assignment(assignment, live)
-            if len(new[0]) != record.replication_factor:
+            if len(new[0]) != _replication_factor(topic):
                 raise AdminError(
                     "invalid_replica_assignment",
                     "New partitions must have the topic's replication factor.",
@@ -292,7 +301,7 @@ class TopicAdmin:
                     assign_replicas(
                         sorted(self._placeable()),
                         added,
-                        record.replication_factor,
+                        _replication_factor(topic),
                         current,
                         racks=self._racks(),
                     )

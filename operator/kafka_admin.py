@@ -9,7 +9,7 @@ a tenant's topic ``orders`` is ``acme.orders``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from types import TracebackType
 from typing import Any, Final
@@ -25,6 +25,13 @@ from confluent_kafka.admin import (
     NewTopic,
 )
 from shoal.operator.cluster_state import PartitionInfo, TopicState
+from shoal.operator.reassign_client import (
+    OngoingReassignment,
+    PartitionKey,
+    ReassignmentRequestError,
+    alter_reassignments,
+    list_reassignments,
+)
 
 TIMEOUT_S: Final = 15.0
 REQUEST_ERRORS: Final = frozenset(
@@ -236,3 +243,16 @@ class ClusterAdmin:
             except KafkaAdminError as exc:
                 if exc.code != KafkaError.UNKNOWN_TOPIC_OR_PART:
                     raise
+
+    async def reassign(self, plan: Mapping[PartitionKey, Sequence[int] | None]) -> None:
+        """Move each partition to its replica list (None cancels its move under way)."""
+        try:
+            await alter_reassignments(self.bootstrap, plan, self.timeout_s)
+        except ReassignmentRequestError as exc:
+            raise KafkaAdminError(str(exc)) from exc
+
+    async def reassignments_in_progress(self) -> dict[PartitionKey, OngoingReassignment]:
+        try:
+            return await list_reassignments(self.bootstrap, self.timeout_s)
+        except ReassignmentRequestError as exc:
+            raise KafkaAdminError(str(exc)) from exc

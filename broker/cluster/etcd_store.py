@@ -47,6 +47,7 @@ from shoal.broker.cluster.model import (
     uuid_text,
 )
 from shoal.broker.cluster.store import (
+    AssignmentChange,
     ConflictError,
     PartitionChange,
     StoreError,
@@ -301,6 +302,30 @@ class EtcdMetadataStore:
         )
         if not ok:
             raise ConflictError(f"Topic '{record.name}' changed concurrently; retry.")
+        return int(responses[0].response_put.header.revision)
+
+    async def update_assignment(
+        self, change: AssignmentChange, controller: ControllerLease | None = None
+    ) -> int:
+        """One transaction: the record if still at its revision, each partition state if
+        still at its own, and (with ``controller``) only while that controller holds office."""
+        t = self._client.transactions
+        key = self._topic_key(change.record.name)
+        compare = [t.mod(key) == change.expected_revision] + [
+            t.mod(self._partition_key(c.topic, c.index)) == c.expected_revision
+            for c in change.partitions
+        ]
+        if controller is not None:
+            compare.append(t.create(self._key("controller")) == controller.epoch)
+        puts = [t.put(key, change.record.to_json())] + [
+            t.put(self._partition_key(c.topic, c.index), c.state.to_json())
+            for c in change.partitions
+        ]
+        ok, responses = await self._call(
+            self._client.transaction(compare=compare, success=puts, failure=[])
+        )
+        if not ok:
+            raise ConflictError(f"Topic '{change.record.name}' changed concurrently; retry.")
         return int(responses[0].response_put.header.revision)
 
     # -- producer ids ----------------------------------------------------------

@@ -71,22 +71,36 @@ class ControllerLease:
 
 @dataclass(frozen=True, slots=True)
 class PartitionState:
-    """Leader, ISR and epochs of one partition, changed only by compare-and-swap."""
+    """Leader, ISR and epochs of one partition, changed only by compare-and-swap.
+
+    While a reassignment (KIP-455) is under way the topic's assignment lists
+    the target replicas first, then those leaving; ``adding`` names the
+    target replicas that were not replicas before, ``removing`` the replicas
+    that are not in the target. Both are empty otherwise.
+    """
 
     leader: NodeId
     leader_epoch: int
     isr: tuple[NodeId, ...]
     partition_epoch: int = 0
+    adding: tuple[NodeId, ...] = ()
+    removing: tuple[NodeId, ...] = ()
+
+    @property
+    def reassigning(self) -> bool:
+        return bool(self.adding or self.removing)
 
     def to_json(self) -> bytes:
-        return json.dumps(
-            {
-                "leader": self.leader,
-                "leader_epoch": self.leader_epoch,
-                "isr": list(self.isr),
-                "partition_epoch": self.partition_epoch,
-            }
-        ).encode()
+        data: dict[str, Any] = {
+            "leader": self.leader,
+            "leader_epoch": self.leader_epoch,
+            "isr": list(self.isr),
+            "partition_epoch": self.partition_epoch,
+        }
+        if self.reassigning:
+            data["adding"] = list(self.adding)
+            data["removing"] = list(self.removing)
+        return json.dumps(data).encode()
 
     @classmethod
     def from_json(cls, raw: bytes) -> PartitionState:
@@ -96,6 +110,8 @@ class PartitionState:
             data["leader_epoch"],
             tuple(NodeId(n) for n in data["isr"]),
             data.get("partition_epoch", 0),
+            tuple(NodeId(n) for n in data.get("adding", ())),
+            tuple(NodeId(n) for n in data.get("removing", ())),
         )
 
 

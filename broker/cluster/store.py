@@ -56,6 +56,16 @@ class PartitionChange:
     expected_revision: int
 
 
+@dataclass(frozen=True, slots=True)
+class AssignmentChange:
+    """A topic's new replica assignment with its partitions' new states, valid only over
+    the record at ``expected_revision`` and each state at its own expected revision."""
+
+    record: TopicRecord
+    expected_revision: int
+    partitions: tuple[PartitionChange, ...]
+
+
 class MetadataStore(Protocol):
     async def connect(self) -> None: ...
 
@@ -101,6 +111,13 @@ class MetadataStore(Protocol):
         new_partitions: Mapping[int, PartitionState] | None = None,
     ) -> int:
         """Replace a topic record if it is still at ``expected_revision``; ConflictError if not."""
+        ...
+
+    async def update_assignment(
+        self, change: AssignmentChange, controller: ControllerLease | None = None
+    ) -> int:
+        """Compare-and-swap a topic record and partition states together (reassignment);
+        ConflictError if any of them changed meanwhile."""
         ...
 
     async def allocate_producer_ids(self, count: int) -> int:

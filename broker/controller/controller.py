@@ -28,6 +28,7 @@ from shoal.broker.cluster.model import (
     TopicImage,
 )
 from shoal.broker.cluster.store import (
+    AssignmentChange,
     ConflictError,
     MetadataStore,
     PartitionChange,
@@ -39,6 +40,12 @@ from shoal.broker.controller.decisions import (
     alter_isr,
     elect_leaders,
     rebalance_preferred_leaders,
+)
+from shoal.broker.controller.reassignments import (
+    ReassignmentRefusedError,
+    ReassignmentRequest,
+    alter_reassignment,
+    complete_reassignments,
 )
 from shoal.broker.tasks import cancel_and_wait
 
@@ -59,6 +66,14 @@ class IsrChangeResult:
     code: str | None
     """None when done, else the Kafka error name."""
     state: PartitionState | None
+
+
+@dataclass(frozen=True, slots=True)
+class ReassignmentResult:
+    request: ReassignmentRequest
+    code: str | None
+    """None when stored, else the Kafka error name."""
+    message: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +145,49 @@ class Controller:
             _log_change(change)
             results.append(IsrChangeResult(request, None, change.state))
         return results
+
+    async def alter_reassignments(
+        self, requests: list[ReassignmentRequest]
+    ) -> tuple[list[ReassignmentResult], int]:
+        """AlterPartitionReassignments: start, replace or cancel each partition's move, in
+        order; the results and the store revision of the last write (0: none).
+        NotControllerError if this broker is not the controller.
+
+        Each write waits until our image shows it, so the next partition of the
+        same topic is decided over the record it changed.
+        """
+        results = []
+        revision = 0
+        for request in requests:
+            lease, image = self.lease, self.image
+            if lease is None or image is None:
+                raise NotControllerError
+            try:
+                change = alter_reassignment(image, request)
+            except ReassignmentRefusedError as exc:
+                results.append(ReassignmentResult(request, exc.code, exc.message))
+                continue
+            if change is not None:
+                try:
+                    revision = await self.store.update_assignment(change, lease)
+                except ConflictError as exc:
+                    results.append(ReassignmentResult(request, "request_timed_out", str(exc)))
+                    continue
+                _log_assignment(change, "reassignment_changed")
+                await self._wait_for_image(revision)
+            results.append(ReassignmentResult(request, None))
+        return results, revision
+
+    async def _wait_for_image(self, revision: int) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + _CATCH_UP_S
+        while (remaining := deadline - loop.time()) > 0:
+            if self.image is not None and self.image.revision >= revision:
+                return
+            self._image_changed.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(remaining):
+                    await self._image_changed.wait()
 
     async def _catch_up(self, request: IsrChangeRequest) -> None:
         """A leader may have seen a newer partition epoch than our image shows yet."""
@@ -204,6 +262,10 @@ class Controller:
             await self.store.update_partitions(changes, lease)
             for change in changes:
                 _log_change(change)
+            return
+        for completed in complete_reassignments(image):
+            await self.store.update_assignment(completed, lease)
+            _log_assignment(completed, "reassignment_completed")
 
 
 def _log_change(change: PartitionChange) -> None:
@@ -216,3 +278,19 @@ def _log_change(change: PartitionChange) -> None:
         state.leader_epoch,
         ",".join(map(str, state.isr)),
     )
+
+
+def _log_assignment(change: AssignmentChange, event: str) -> None:
+    for partition in change.partitions:
+        state = partition.state
+        log.info(
+            "event=%s topic=%s partition=%d replicas=%s adding=%s removing=%s leader=%d isr=%s",
+            event,
+            partition.topic,
+            partition.index,
+            ",".join(map(str, change.record.assignment[partition.index])),
+            ",".join(map(str, state.adding)),
+            ",".join(map(str, state.removing)),
+            state.leader,
+            ",".join(map(str, state.isr)),
+        )

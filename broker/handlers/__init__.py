@@ -43,6 +43,10 @@ from shoal.broker.handlers.producers import (
     handle_init_producer_id,
     handle_txn_offset_commit,
 )
+from shoal.broker.handlers.reassignments import (
+    handle_alter_partition_reassignments,
+    handle_list_partition_reassignments,
+)
 from shoal.broker.handlers.topics import (
     handle_create_partitions,
     handle_create_topics,
@@ -76,6 +80,8 @@ DESCRIBE_LOG_DIRS: Final = 35
 CREATE_PARTITIONS: Final = 37
 DELETE_GROUPS: Final = 42
 INCREMENTAL_ALTER_CONFIGS: Final = 44
+ALTER_PARTITION_REASSIGNMENTS: Final = 45
+LIST_PARTITION_REASSIGNMENTS: Final = 46
 OFFSET_DELETE: Final = 47
 ALTER_PARTITION: Final = 56
 DESCRIBE_CLUSTER: Final = 60
@@ -108,6 +114,8 @@ API_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     CREATE_PARTITIONS: (0, 3),
     DELETE_GROUPS: (0, 2),
     INCREMENTAL_ALTER_CONFIGS: (0, 1),
+    ALTER_PARTITION_REASSIGNMENTS: (0, 0),
+    LIST_PARTITION_REASSIGNMENTS: (0, 0),
     OFFSET_DELETE: (0, 0),
     ALTER_PARTITION: (2, 3),
     DESCRIBE_CLUSTER: (0, 1),
@@ -144,6 +152,8 @@ def build_handlers() -> dict[int, Handler]:
         CREATE_PARTITIONS: handle_create_partitions,
         DELETE_GROUPS: handle_delete_groups,
         INCREMENTAL_ALTER_CONFIGS: handle_incremental_alter_configs,
+        ALTER_PARTITION_REASSIGNMENTS: handle_alter_partition_reassignments,
+        LIST_PARTITION_REASSIGNMENTS: handle_list_partition_reassignments,
         OFFSET_DELETE: handle_offset_delete,
         ALTER_PARTITION: handle_alter_partition,
         DESCRIBE_CLUSTER: handle_describe_cluster,
