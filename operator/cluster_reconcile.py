@@ -1,11 +1,17 @@
 """A Cluster made real: its children applied, its brokers rolled, its health observed.
 
 The handlers (:mod:`shoal.operator.handlers`) call these in order on every
-create, update and resume: :func:`apply_children` (the builders' manifests,
-merge-patched), :func:`roll_brokers` (each broker pod whose template hash is
-out of date, one at a time, each only when the cluster says it is safe), and
-:func:`observe` with :func:`cluster_status` for the status. The timer calls
-only the last two.
+create, update and resume: :func:`drain` when the broker count goes down
+(partitions move off the leaving brokers before their pods go),
+:func:`apply_children` (the builders' manifests, merge-patched), :func:`spread`
+when it went up (partitions move onto the new brokers once they have joined),
+:func:`roll_brokers` (each broker pod whose template hash is out of date, one
+at a time, each only when the cluster says it is safe), and :func:`observe`
+with :func:`cluster_status` for the status. The timer calls only the last two.
+
+Whether the count went up or down is judged against ``status.brokers.desired``,
+the count of the last finished reconcile, so a drain or spread that had to be
+retried is taken up again.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from shoal.operator.endpoints import ClusterEndpoints, broker_pod
 from shoal.operator.kafka_admin import ClusterAdmin, KafkaAdminError
 from shoal.operator.kube import KubeClient
 from shoal.operator.pods import pod_ready, restart_pod
+from shoal.operator.rebalance import drain_brokers, spread_onto
 from shoal.operator.roller import Roller
 
 log = logging.getLogger(__name__)
@@ -57,6 +64,18 @@ async def delete_unowned_children(
             await kube.delete(
                 child["apiVersion"], child["kind"], meta.get("namespace"), meta["name"]
             )
+
+
+async def drain(endpoints: ClusterEndpoints, leaving: set[int], timeout_s: float) -> None:
+    """Move every partition off ``leaving``; ReassignmentImpossible if the rest cannot hold them."""
+    async with ClusterAdmin(endpoints.brokers_bootstrap) as admin:
+        await drain_brokers(admin, leaving, timeout_s)
+
+
+async def spread(endpoints: ClusterEndpoints, brokers: int, timeout_s: float) -> None:
+    """Spread partitions over brokers 0..brokers-1; KafkaAdminError until all have joined."""
+    async with ClusterAdmin(endpoints.brokers_bootstrap) as admin:
+        await spread_onto(admin, list(range(brokers)), timeout_s)
 
 
 async def broker_pods(kube: KubeClient, namespace: str, cluster: str) -> list[dict[str, Any]]:

@@ -36,6 +36,8 @@ class Intervals:
     pod_ready_timeout_s: float = 600
     """How long a restarted broker pod may take to come back Ready."""
     pod_poll_s: float = 1
+    reassignment_timeout_s: float = 600
+    """How long a scale-up or scale-down waits for partitions to move (then retries)."""
 
 
 class OperatorMetrics:

@@ -30,8 +30,10 @@ from shoal.operator.cluster_reconcile import (
     apply_children,
     cluster_status,
     delete_unowned_children,
+    drain,
     observe,
     roll_brokers,
+    spread,
 )
 from shoal.operator.cluster_spec import ClusterSpec
 from shoal.operator.context import Intervals, OperatorContext, context_of
@@ -39,6 +41,7 @@ from shoal.operator.endpoints import ClusterEndpoints
 from shoal.operator.kafka_admin import ClusterAdmin, KafkaAdminError
 from shoal.operator.kube import KubeClient, KubeError
 from shoal.operator.pods import PodNotBack
+from shoal.operator.rebalance import ReassignmentImpossible, ReassignmentTimeoutError
 from shoal.operator.roller import RollBlocked, RollStalled
 from shoal.operator.tenants import (
     TENANT_LABEL,
@@ -139,8 +142,31 @@ async def _cluster_reconcile(
         found = conditions.reconciling(found, generation, reason, message)
         await _write_status(kube, "Cluster", namespace, name, {"conditions": found})
 
+    previous = (status.get("brokers") or {}).get("desired")
+    moves_s = ctx.intervals.reassignment_timeout_s
+    if isinstance(previous, int) and cluster.brokers < previous:
+        leaving = set(range(cluster.brokers, previous))
+        await progress("ScalingDown", f"moving partitions off brokers {sorted(leaving)}")
+        try:
+            await drain(endpoints, leaving, moves_s)
+        except ReassignmentImpossible as exc:
+            message = f"cannot remove brokers {sorted(leaving)}, so keeping {previous}: {exc}"
+            found = conditions.degraded(found, generation, "ScaleDownImpossible", message)
+            await _write_status(kube, "Cluster", namespace, name, {"conditions": found})
+            raise kopf.PermanentError(message) from exc
+        except (ReassignmentTimeoutError, KafkaAdminError) as exc:
+            await progress("ScalingDown", str(exc))
+            raise kopf.TemporaryError(str(exc), delay=ctx.intervals.retry_s) from exc
     await progress("Applying", "applying the cluster's StatefulSets, Services and policies")
     await apply_children(kube, name, namespace, uid, cluster, ctx.default_image)
+    if isinstance(previous, int) and cluster.brokers > previous:
+        joining = list(range(previous, cluster.brokers))
+        await progress("ScalingUp", f"spreading partitions onto new brokers {joining}")
+        try:
+            await spread(endpoints, cluster.brokers, moves_s)
+        except (ReassignmentTimeoutError, KafkaAdminError) as exc:
+            await progress("ScalingUp", str(exc))
+            raise kopf.TemporaryError(str(exc), delay=ctx.intervals.retry_s) from exc
     try:
         await roll_brokers(ctx, kube, namespace, name, cluster, endpoints, progress)
     except (RollBlocked, RollStalled, PodNotBack) as exc:

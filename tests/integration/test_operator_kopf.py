@@ -20,6 +20,7 @@ import threading
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 import kopf
@@ -28,9 +29,9 @@ import pytest_asyncio
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
 from conftest import GatewayCluster, _teardown, start_gateway_cluster
-from harness import EtcdServer
+from harness import BrokerProcess, EtcdServer
 from kube_fake import FakeKubeApi, fake_kube_api, run_statefulset_controller
-from replicated import REPLICATED_ENV
+from replicated import REPLICATED_ENV, Cluster
 from shoal.operator.builders import TEMPLATE_HASH
 from shoal.operator.context import Intervals, OperatorContext
 from shoal.operator.endpoints import ClusterEndpoints
@@ -278,27 +279,69 @@ async def test_a_new_image_rolls_every_broker_one_at_a_time(env: Env) -> None:
     assert [m.split()[2] for m in announced] == [r.name.rsplit("-", 1)[1] for r in deletions]
 
 
-async def test_changing_the_broker_count_resizes_the_statefulset_and_gateway_ports(
-    env: Env,
+def replicas_on(env: Env, broker: int) -> int:
+    """How many partition replicas broker ``broker`` holds, as Metadata reports."""
+    found = AdminClient({"bootstrap.servers": env.shoal.internal_bootstrap}).list_topics(timeout=10)
+    return sum(broker in p.replicas for t in found.topics.values() for p in t.partitions.values())
+
+
+async def test_scaling_moves_partitions_onto_new_brokers_and_off_leaving_ones(
+    env: Env, tmp_path: Path
 ) -> None:
     name = unique("scale")
     await ensure_cluster(env, name)
-    await env.kube.apply(cluster_manifest(name, brokers=4))
-    grown = await ready_at_generation(env.kube, "Cluster", name, within_s=90)
-    assert grown["status"]["brokers"] == {"desired": 4, "ready": 4}
-    sts = env.api.stored("apps/v1", "statefulsets", NS, f"{name}-broker")
-    assert sts["spec"]["replicas"] == 4
-    service = env.api.stored("v1", "services", NS, f"{name}-gateway")
-    ports = {p["port"] for p in service["spec"]["ports"]}
-    assert {9093, 9094, 9095, 9096} <= ports
+    await asyncio.to_thread(Cluster(env.shoal.brokers).create_topic, unique("spread"), 6)
+    # The fourth broker's pod exists only in the fake API; its process runs here.
+    fourth = BrokerProcess(
+        env.shoal.brokers[0].etcd_url, tmp_path / "broker-3", 3, env=dict(REPLICATED_ENV)
+    )
+    await asyncio.to_thread(fourth.start)
+    try:
+        await env.kube.apply(cluster_manifest(name, brokers=4))
+        grown = await ready_at_generation(env.kube, "Cluster", name, within_s=90)
+        assert grown["status"]["brokers"] == {"desired": 4, "ready": 4}
+        assert (
+            env.api.stored("apps/v1", "statefulsets", NS, f"{name}-broker")["spec"]["replicas"] == 4
+        )
+        ports = {
+            p["port"]
+            for p in env.api.stored("v1", "services", NS, f"{name}-gateway")["spec"]["ports"]
+        }
+        assert {9093, 9094, 9095, 9096} <= ports
+        assert replicas_on(env, 3) > 0
 
-    await env.kube.apply(cluster_manifest(name, brokers=3))
-    shrunk = await ready_at_generation(env.kube, "Cluster", name, within_s=90)
-    assert shrunk["status"]["brokers"] == {"desired": 3, "ready": 3}
+        await env.kube.apply(cluster_manifest(name, brokers=3))
+        shrunk = await ready_at_generation(env.kube, "Cluster", name, within_s=90)
+        assert shrunk["status"]["brokers"] == {"desired": 3, "ready": 3}
+        assert replicas_on(env, 3) == 0
+        assert (
+            env.api.stored("apps/v1", "statefulsets", NS, f"{name}-broker")["spec"]["replicas"] == 3
+        )
+        ports = {
+            p["port"]
+            for p in env.api.stored("v1", "services", NS, f"{name}-gateway")["spec"]["ports"]
+        }
+        assert 9096 not in ports
+        assert not env.api.exists("v1", "pods", NS, f"{name}-broker-3")
+    finally:
+        await asyncio.to_thread(fourth.stop)
+
+    # Two brokers cannot hold three replicas: refused, and the brokers stay.
+    await env.kube.apply(cluster_manifest(name, brokers=2))
+    refused = await degraded_because(env, name, "ScaleDownImpossible")
+    assert "keeping 3" in condition(refused, "Degraded")["message"]
     assert env.api.stored("apps/v1", "statefulsets", NS, f"{name}-broker")["spec"]["replicas"] == 3
-    service = env.api.stored("v1", "services", NS, f"{name}-gateway")
-    assert 9096 not in {p["port"] for p in service["spec"]["ports"]}
-    assert not env.api.exists("v1", "pods", NS, f"{name}-broker-3")
+
+
+async def degraded_because(env: Env, name: str, reason: str) -> dict[str, Any]:
+    async def check() -> dict[str, Any] | None:
+        obj = await env.kube.get(API, "Cluster", NS, name)
+        degraded = condition(obj or {}, "Degraded")
+        return (
+            obj if degraded.get("status") == "True" and degraded.get("reason") == reason else None
+        )
+
+    return await eventually(check, 30, f"Cluster {name} Degraded because {reason}")
 
 
 # --- Topic and Tenant ------------------------------------------------------------------------
