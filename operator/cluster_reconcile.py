@@ -180,44 +180,64 @@ async def observe(
     )
 
 
+STARTING = "WaitingForBrokers"
+"""The Reconciling reason while brokers start: not Degraded yet, they are on their way."""
+_PASSING = frozenset({"BrokersUnreachable", "BrokersNotReady", "UnderReplicated"})
+
+
+def health_conditions(
+    health: ClusterHealth,
+    generation: int,
+    previous: Sequence[Mapping[str, Any]],
+    settling: bool,
+) -> conditions.Conditions:
+    """Ready when every broker is ready and every partition fully replicated; else Degraded.
+
+    ``settling``: a reconcile has just applied a change, so brokers that are
+    not ready yet are starting (Reconciling), not failing. That stays so,
+    timer after timer, until they are ready; only a problem found outside
+    such a start is Degraded.
+    """
+    reconciling = conditions.find(previous, conditions.RECONCILING) or {}
+    starting = settling or (
+        reconciling.get("status") == "True" and reconciling.get("reason") == STARTING
+    )
+    if health.unreachable is not None:
+        problem = ("BrokersUnreachable", health.unreachable)
+    elif health.ready < health.desired:
+        problem = ("BrokersNotReady", f"{health.ready} of {health.desired} brokers are ready")
+    elif health.offline:
+        problem = ("PartitionsOffline", f"{health.offline} partition(s) have no leader")
+    elif health.under_replicated:
+        problem = (
+            "UnderReplicated",
+            f"{health.under_replicated} partition(s) have fewer in-sync replicas than replicas",
+        )
+    else:
+        message = f"{health.ready} brokers ready, every partition fully replicated"
+        return conditions.ready(previous, generation, message)
+    reason, message = problem
+    if starting and reason in _PASSING:
+        return conditions.reconciling(previous, generation, STARTING, message)
+    return conditions.degraded(previous, generation, reason, message)
+
+
 def cluster_status(
     health: ClusterHealth,
     generation: int,
     previous: Sequence[Mapping[str, Any]],
     endpoints: ClusterEndpoints,
     image: str | None,
+    settling: bool,
 ) -> dict[str, Any]:
-    """The Cluster's status for what :func:`observe` saw.
+    """The Cluster's status for what :func:`observe` saw (see :func:`health_conditions`).
 
-    ``image`` is the image every broker runs (None while a roll is unfinished:
-    the previous value stays).
+    ``image`` is the image every broker runs (None leaves the previous value:
+    the timer does not know whether a roll is under way).
     """
-    if health.unreachable is not None:
-        found = conditions.not_ready(previous, generation, "BrokersUnreachable", health.unreachable)
-    elif health.ready < health.desired:
-        found = conditions.not_ready(
-            previous,
-            generation,
-            "BrokersNotReady",
-            f"{health.ready} of {health.desired} brokers are ready",
-        )
-    elif health.offline:
-        found = conditions.degraded(
-            previous,
-            generation,
-            "PartitionsOffline",
-            f"{health.offline} partition(s) have no leader",
-        )
-    else:
-        message = (
-            f"{health.under_replicated} partition(s) under-replicated"
-            if health.under_replicated
-            else "all brokers ready, every partition fully replicated"
-        )
-        found = conditions.ready(previous, generation, message)
     status: dict[str, Any] = {
         "observedGeneration": generation,
-        "conditions": found,
+        "conditions": health_conditions(health, generation, previous, settling),
         "brokers": {"desired": health.desired, "ready": health.ready},
         "bootstrap": endpoints.gateway_bootstrap,
     }

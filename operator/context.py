@@ -67,6 +67,8 @@ class OperatorContext:
     """Fixed credentials (tests); None logs in with the pod's service account or kubeconfig."""
     intervals: Intervals = field(default_factory=Intervals)
     metrics: OperatorMetrics = field(default_factory=OperatorMetrics)
+    busy: set[tuple[str, str]] = field(default_factory=set)
+    """(namespace, name) of the Clusters whose handler is running: their timer keeps out."""
     kube: KubeClient | None = None
 
     def client(self) -> KubeClient:

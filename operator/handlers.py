@@ -116,6 +116,68 @@ async def _counted(ctx: OperatorContext, kind: str, work: Awaitable[None]) -> No
 # --- Cluster ---------------------------------------------------------------------------------
 
 
+class _ClusterReport:
+    """The Cluster's conditions as a reconcile goes, written as they change."""
+
+    def __init__(
+        self, kube: KubeClient, namespace: str, name: str, generation: int, found: list[Any]
+    ) -> None:
+        self.kube, self.namespace, self.name = kube, namespace, name
+        self.generation = generation
+        self.found: conditions.Conditions = found
+
+    async def _write(self) -> None:
+        await _write_status(
+            self.kube, "Cluster", self.namespace, self.name, {"conditions": self.found}
+        )
+
+    async def progress(self, reason: str, message: str) -> None:
+        self.found = conditions.reconciling(self.found, self.generation, reason, message)
+        await self._write()
+
+    async def degraded(self, reason: str, message: str) -> None:
+        self.found = conditions.degraded(self.found, self.generation, reason, message)
+        await self._write()
+
+
+async def _drain_first(
+    ctx: OperatorContext,
+    report: _ClusterReport,
+    endpoints: ClusterEndpoints,
+    previous: int,
+    wanted: int,
+) -> None:
+    """Before fewer brokers: move partitions off the leaving ones, or refuse."""
+    leaving = set(range(wanted, previous))
+    await report.progress("ScalingDown", f"moving partitions off brokers {sorted(leaving)}")
+    try:
+        await drain(endpoints, leaving, ctx.intervals.reassignment_timeout_s)
+    except ReassignmentImpossible as exc:
+        message = f"cannot remove brokers {sorted(leaving)}, so keeping {previous}: {exc}"
+        await report.degraded("ScaleDownImpossible", message)
+        raise kopf.PermanentError(message) from exc
+    except (ReassignmentTimeoutError, KafkaAdminError) as exc:
+        await report.progress("ScalingDown", str(exc))
+        raise kopf.TemporaryError(str(exc), delay=ctx.intervals.retry_s) from exc
+
+
+async def _spread_after(
+    ctx: OperatorContext,
+    report: _ClusterReport,
+    endpoints: ClusterEndpoints,
+    previous: int,
+    wanted: int,
+) -> None:
+    """After more brokers: once they have joined, give them their share of partitions."""
+    joining = list(range(previous, wanted))
+    await report.progress("ScalingUp", f"spreading partitions onto new brokers {joining}")
+    try:
+        await spread(endpoints, wanted, ctx.intervals.reassignment_timeout_s)
+    except (ReassignmentTimeoutError, KafkaAdminError) as exc:
+        await report.progress("ScalingUp", str(exc))
+        raise kopf.TemporaryError(str(exc), delay=ctx.intervals.retry_s) from exc
+
+
 async def _cluster_reconcile(
     ctx: OperatorContext,
     name: str,
@@ -127,59 +189,32 @@ async def _cluster_reconcile(
 ) -> None:
     kube = ctx.client()
     generation = _generation(meta)
-    found = _conditions(status)
+    report = _ClusterReport(kube, namespace, name, generation, _conditions(status))
     try:
         cluster = ClusterSpec.from_spec(spec)
     except ValueError as exc:
-        found = conditions.degraded(found, generation, "InvalidSpec", str(exc))
-        await _write_status(kube, "Cluster", namespace, name, {"conditions": found})
+        await report.degraded("InvalidSpec", str(exc))
         raise kopf.PermanentError(str(exc)) from exc
     endpoints = ctx.resolver(namespace, name, cluster.brokers)
-    image = cluster.image or ctx.default_image
-
-    async def progress(reason: str, message: str) -> None:
-        nonlocal found
-        found = conditions.reconciling(found, generation, reason, message)
-        await _write_status(kube, "Cluster", namespace, name, {"conditions": found})
-
-    previous = (status.get("brokers") or {}).get("desired")
-    moves_s = ctx.intervals.reassignment_timeout_s
-    if isinstance(previous, int) and cluster.brokers < previous:
-        leaving = set(range(cluster.brokers, previous))
-        await progress("ScalingDown", f"moving partitions off brokers {sorted(leaving)}")
-        try:
-            await drain(endpoints, leaving, moves_s)
-        except ReassignmentImpossible as exc:
-            message = f"cannot remove brokers {sorted(leaving)}, so keeping {previous}: {exc}"
-            found = conditions.degraded(found, generation, "ScaleDownImpossible", message)
-            await _write_status(kube, "Cluster", namespace, name, {"conditions": found})
-            raise kopf.PermanentError(message) from exc
-        except (ReassignmentTimeoutError, KafkaAdminError) as exc:
-            await progress("ScalingDown", str(exc))
-            raise kopf.TemporaryError(str(exc), delay=ctx.intervals.retry_s) from exc
-    await progress("Applying", "applying the cluster's StatefulSets, Services and policies")
+    # The broker count of the last finished reconcile (none yet: a new Cluster).
+    desired = (status.get("brokers") or {}).get("desired")
+    previous = desired if isinstance(desired, int) else cluster.brokers
+    if cluster.brokers < previous:
+        await _drain_first(ctx, report, endpoints, previous, cluster.brokers)
+    await report.progress("Applying", "applying the cluster's StatefulSets, Services and policies")
     await apply_children(kube, name, namespace, uid, cluster, ctx.default_image)
-    if isinstance(previous, int) and cluster.brokers > previous:
-        joining = list(range(previous, cluster.brokers))
-        await progress("ScalingUp", f"spreading partitions onto new brokers {joining}")
-        try:
-            await spread(endpoints, cluster.brokers, moves_s)
-        except (ReassignmentTimeoutError, KafkaAdminError) as exc:
-            await progress("ScalingUp", str(exc))
-            raise kopf.TemporaryError(str(exc), delay=ctx.intervals.retry_s) from exc
+    if cluster.brokers > previous:
+        await _spread_after(ctx, report, endpoints, previous, cluster.brokers)
     try:
-        await roll_brokers(ctx, kube, namespace, name, cluster, endpoints, progress)
+        await roll_brokers(ctx, kube, namespace, name, cluster, endpoints, report.progress)
     except (RollBlocked, RollStalled, PodNotBack) as exc:
-        await progress("RollWaiting", str(exc))
+        # Retried: the broker in the way may recover (or be fixed) meanwhile.
+        await report.degraded(type(exc).__name__, str(exc))
         raise kopf.TemporaryError(str(exc), delay=ctx.intervals.retry_s) from exc
     health = await observe(kube, namespace, name, cluster, endpoints)
-    await _write_status(
-        kube,
-        "Cluster",
-        namespace,
-        name,
-        cluster_status(health, generation, found, endpoints, image),
-    )
+    image = cluster.image or ctx.default_image
+    fresh = cluster_status(health, generation, report.found, endpoints, image, settling=True)
+    await _write_status(kube, "Cluster", namespace, name, fresh)
 
 
 async def _cluster_observe(
@@ -191,7 +226,7 @@ async def _cluster_observe(
     status: Mapping[str, Any],
 ) -> None:
     found = _conditions(status)
-    if conditions.is_true(found, conditions.RECONCILING):
+    if (namespace, name) in ctx.busy:
         return  # the reconcile in progress owns the status until it finishes
     if status.get("observedGeneration") != _generation(meta):
         return  # a change not reconciled yet: its handler will report
@@ -202,7 +237,7 @@ async def _cluster_observe(
     kube = ctx.client()
     endpoints = ctx.resolver(namespace, name, cluster.brokers)
     health = await observe(kube, namespace, name, cluster, endpoints)
-    fresh = cluster_status(health, _generation(meta), found, endpoints, None)
+    fresh = cluster_status(health, _generation(meta), found, endpoints, None, settling=False)
     await _write_status(kube, "Cluster", namespace, name, fresh)
 
 
@@ -474,11 +509,14 @@ def build_registry(intervals: Intervals) -> kopf.OperatorRegistry:
         **_: Any,
     ) -> None:
         ctx = context_of(memo)
-        await _counted(
-            ctx,
-            "Cluster",
-            _cluster_reconcile(ctx, name, _namespaced(namespace), uid, meta, spec, status),
-        )
+        key = (_namespaced(namespace), name)
+        ctx.busy.add(key)
+        try:
+            await _counted(
+                ctx, "Cluster", _cluster_reconcile(ctx, name, key[0], uid, meta, spec, status)
+            )
+        finally:
+            ctx.busy.discard(key)
 
     @kopf.timer(
         GROUP,
