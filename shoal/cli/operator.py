@@ -58,7 +58,7 @@ def operator(
         str, typer.Option(envvar="SHOAL_LOG_FORMAT", help="text or json.")
     ] = "text",
 ) -> None:
-    """Run the operator: Cluster, Topic and Tenant resources made real (see docs/operator.md)."""
+    """Run the operator: Cluster, Topic and Tenant resources made real (see docs/kubernetes.md)."""
     configure_logging(log_level, log_format)
     metrics = split_host_port(metrics_listen) if metrics_listen else None
     ctx = OperatorContext(default_image=image)
