@@ -53,6 +53,7 @@ from kmock._internal.k8s import KubernetesEmulator, KubernetesError
 CRD_DIR = Path(__file__).resolve().parent.parent / "k8s" / "crds"
 VERBS = {"create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"}
 WRITES = {enums.action.CREATE, enums.action.UPDATE, enums.action.DELETE}
+KEPT_REQUESTS = 100
 
 
 def _plain(value: Any) -> Any:
@@ -144,6 +145,8 @@ def _selected(labels: Mapping[str, str], selector: str) -> bool:
 class FakeKubeApi(KubernetesEmulator):
     """kmock's emulator with the shim above; serves built-ins and the Shoal CRDs."""
 
+    deletions: list[tuple[str, str | None, str | None]] = attrs.field(factory=list, init=False)
+    """(plural, namespace, name) of every object deleted, in order."""
     _version: int = attrs.field(default=0, init=False)
     _write_lock: asyncio.Lock = attrs.field(factory=asyncio.Lock, init=False)
 
@@ -181,6 +184,10 @@ class FakeKubeApi(KubernetesEmulator):
         return int(event["object"].get("metadata", {}).get("resourceVersion") or 0)
 
     async def _handle(self, request: rendering.Request) -> Any:
+        # kmock matches a request to its reactions by scanning every request
+        # served so far; a module of operator tests makes thousands, so only
+        # the latest are kept (``deletions`` keeps what tests look back at).
+        del self._requests[:-KEPT_REQUESTS]
         if request.resource is None or request.action not in WRITES:
             return await super()._handle(request)
         # One write at a time, so the version and generation computed here are
@@ -202,10 +209,10 @@ class FakeKubeApi(KubernetesEmulator):
     def _lookup(
         self, resource: kmock.resource, namespace: str | None, name: str
     ) -> dict[str, Any] | None:
-        key = (resource, namespace, name)
-        if key not in self.objects or self.objects[key].deleted:
-            return None
-        return _plain(self.objects[key].raw)
+        # kmock's ObjectsArray finds keys by scanning them all; its dict is keyed
+        # by parsed resources, so look there (tests hold hundreds of objects).
+        found = self.objects._objects.get((resource, namespace, name))
+        return None if found is None or found.deleted else _plain(found.raw)
 
     async def _shim_write(self, request: rendering.Request) -> Any:
         """The body kmock should apply for this write (the shim's fields added)."""
@@ -230,6 +237,7 @@ class FakeKubeApi(KubernetesEmulator):
         if current is None:
             return request.data  # kmock answers 404
         if request.action == enums.action.DELETE:
+            self.deletions.append((str(request.resource.plural), request.namespace, request.name))
             meta = current.get("metadata", {})
             if meta.get("finalizers") and not meta.get("deletionTimestamp"):
                 # kmock would mark it without a new resourceVersion; mark it here instead.
@@ -401,21 +409,28 @@ async def run_statefulset_controller(api: FakeKubeApi, interval_s: float = 0.1) 
     """
     client = api.servers[0].client
     while True:
+        # As there is no garbage collector either, a StatefulSet whose owner is
+        # gone (a deleted Cluster) is left alone rather than kept running.
+        live = {obj["metadata"].get("uid") for obj in api.all_of("shoal.dev/v1alpha1", "clusters")}
+        pods: dict[str, list[dict[str, Any]]] = {}
+        for pod in api.all_of("v1", "pods"):
+            for ref in pod["metadata"].get("ownerReferences") or []:
+                pods.setdefault(ref.get("uid"), []).append(pod)
         for sts in api.all_of("apps/v1", "statefulsets"):
-            await _sync_statefulset(api, client, sts)
+            owners = {ref.get("uid") for ref in sts["metadata"].get("ownerReferences") or []}
+            if not owners or owners & live:
+                await _sync_statefulset(client, sts, pods.get(sts["metadata"]["uid"], []))
         await asyncio.sleep(interval_s)
 
 
-async def _sync_statefulset(api: FakeKubeApi, client: Any, sts: Mapping[str, Any]) -> None:
+async def _sync_statefulset(
+    client: Any, sts: Mapping[str, Any], pods: list[dict[str, Any]]
+) -> None:
     meta = sts["metadata"]
     namespace, name = meta["namespace"], meta["name"]
     replicas = int(sts["spec"].get("replicas", 1))
     base = f"/api/v1/namespaces/{namespace}/pods"
-    owned = {
-        pod["metadata"]["name"]: pod
-        for pod in api.all_of("v1", "pods", namespace)
-        if any(ref.get("uid") == meta["uid"] for ref in pod["metadata"].get("ownerReferences", []))
-    }
+    owned = {pod["metadata"]["name"]: pod for pod in pods}
     ready = 0
     for index in range(replicas):
         pod_name = f"{name}-{index}"

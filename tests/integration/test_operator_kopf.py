@@ -32,7 +32,8 @@ from conftest import GatewayCluster, _teardown, start_gateway_cluster
 from harness import BrokerProcess, EtcdServer
 from kube_fake import FakeKubeApi, fake_kube_api, run_statefulset_controller
 from replicated import REPLICATED_ENV, Cluster
-from shoal.operator.builders import TEMPLATE_HASH
+from shoal.operator.builders import TEMPLATE_HASH, broker_template_hash
+from shoal.operator.cluster_spec import ClusterSpec
 from shoal.operator.context import Intervals, OperatorContext
 from shoal.operator.endpoints import ClusterEndpoints
 from shoal.operator.kube import KubeClient
@@ -50,7 +51,7 @@ INTERVALS = Intervals(
     topic_drift_s=3,
     tenant_drift_s=30,
     retry_s=1,
-    roll_safe_timeout_s=10,
+    roll_safe_timeout_s=2,
     roll_rejoin_timeout_s=4,
     roll_poll_s=0.2,
     pod_ready_timeout_s=10,
@@ -106,6 +107,17 @@ async def env(shoal: GatewayCluster) -> AsyncIterator[Env]:
         await asyncio.to_thread(operator.join, 30)
         assert not operator.is_alive()
         controller.cancel()
+
+
+@pytest_asyncio.fixture(autouse=True, loop_scope="module")
+async def clusters_deleted_after(env: Env) -> AsyncIterator[None]:
+    """A test's Clusters go when it ends, so their health timers stop asking the brokers."""
+    yield
+    names = [c["metadata"]["name"] for c in await env.kube.list(API, "Cluster", NS)]
+    for name in names:
+        await env.kube.delete(API, "Cluster", NS, name)
+    for name in names:
+        await gone(env, "Cluster", name)
 
 
 async def eventually(
@@ -264,19 +276,66 @@ async def test_a_new_image_rolls_every_broker_one_at_a_time(env: Env) -> None:
         assert pod["metadata"]["uid"] != before[pod_name]["metadata"]["uid"]
 
     # One at a time: each deletion comes after the previous pod's successor was Ready.
-    deletions = [
-        r
-        for r in env.api._requests
-        if r.method == "DELETE" and r.resource == "v1/pods" and r.name in before
-    ]
-    assert sorted(r.name for r in deletions) == sorted(before)
+    deletions = [pod for plural, _, pod in env.api.deletions if plural == "pods" and pod in before]
+    assert sorted(deletions) == sorted(before)
     progress = [
         condition(dict(v), "Reconciling").get("message", "")
         for v in env.api.objects[f"{API}/clusters", NS, name].history
         if v is not None
     ]
     announced = [m for m in dict.fromkeys(progress) if m.startswith("restarting broker")]
-    assert [m.split()[2] for m in announced] == [r.name.rsplit("-", 1)[1] for r in deletions]
+    assert [m.split()[2] for m in announced] == [pod.rsplit("-", 1)[1] for pod in deletions]
+
+
+async def test_a_roll_waits_while_a_restart_would_take_a_partition_below_min_isr(
+    env: Env,
+) -> None:
+    name = unique("safe")
+    await ensure_cluster(env, name)
+    real = Cluster(env.shoal.brokers)
+    topic = await asyncio.to_thread(real.create_topic, unique("guarded"), 3)
+    await asyncio.to_thread(real.wait_full_isr, topic)
+    # Broker 2 is down, as if its pod had been restarted with the new template
+    # and its broker had not come back: the roller has brokers 0 and 1 left,
+    # and either restart would leave the topic's ISR below min.insync.replicas=2.
+    changed = cluster_manifest(name, image="shoal:safe")
+    new_hash = broker_template_hash(ClusterSpec.from_spec(changed["spec"]), "shoal:test")
+    await env.kube.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": f"{name}-broker-2",
+                "namespace": NS,
+                "annotations": {TEMPLATE_HASH: new_hash},
+            },
+        }
+    )
+    down = env.shoal.brokers[2]
+    await asyncio.to_thread(down.kill)
+
+    async def shrunk() -> bool:
+        views = (await asyncio.to_thread(real.partitions, topic)).values()
+        return all(2 not in v.isr and v.leader >= 0 for v in views)
+
+    await eventually(shrunk, 30, "broker 2 to leave the ISRs")
+    before = {p["metadata"]["name"]: p["metadata"]["uid"] for p in await broker_pods(env, name)}
+
+    await env.kube.apply(changed)
+    refused = await degraded_because(env, name, "RollBlocked")
+    assert "min.insync.replicas=2" in condition(refused, "Degraded")["message"]
+    assert {
+        p["metadata"]["name"]: p["metadata"]["uid"] for p in await broker_pods(env, name)
+    } == before
+
+    await asyncio.to_thread(down.start)
+    rolled = await ready_at_generation(env.kube, "Cluster", name, within_s=60)
+    assert rolled["status"]["image"] == "shoal:safe"
+    after = {p["metadata"]["name"]: p for p in await broker_pods(env, name)}
+    for index in (0, 1):
+        pod = after[f"{name}-broker-{index}"]
+        assert pod["metadata"]["uid"] != before[f"{name}-broker-{index}"]
+        assert pod["metadata"]["annotations"][TEMPLATE_HASH] == new_hash
 
 
 def replicas_on(env: Env, broker: int) -> int:
