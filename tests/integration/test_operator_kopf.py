@@ -2,13 +2,14 @@
 
 One module-wide setup: three real brokers and a real gateway (etcd from the
 session), the fake API server (:mod:`kube_fake`, kmock) with its stand-in
-StatefulSet controller, and ``run_operator`` in this event loop watching one
-namespace. Every Cluster's endpoints resolve to the real local processes, so
+StatefulSet controller, and ``run_operator`` in a thread of its own, watching
+one namespace. Every Cluster's endpoints resolve to the real local processes, so
 the roller and the status ask a real cluster, topics are really created on
 the brokers and a Tenant's Secret really works through the gateway. The
 Cluster's children live only in the fake API: no pod runs.
 
-Tests use their own Cluster, tenant and topic names, except where they say.
+Tests use their own Cluster, tenant and topic names; each test's Clusters are
+deleted after it.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from replicated import REPLICATED_ENV, Cluster
 from shoal.operator.builders import TEMPLATE_HASH, broker_template_hash
 from shoal.operator.cluster_spec import ClusterSpec
 from shoal.operator.context import Intervals, OperatorContext
-from shoal.operator.endpoints import ClusterEndpoints
+from shoal.operator.endpoints import ClusterEndpoints, node_reader_binding_name
 from shoal.operator.kube import KubeClient
 from shoal.operator.runner import run_operator
 from shoal.tenancy.store import TenancyStore
@@ -244,6 +245,23 @@ async def test_a_cluster_gets_its_children_owned_and_reports_ready(env: Env) -> 
     ]
     assert ("True", "False") in seen
     assert seen.index(("True", "False")) < seen.index(("False", "True"))
+
+
+async def test_deleting_a_cluster_removes_its_cluster_scoped_node_reader_binding(
+    env: Env,
+) -> None:
+    racked = unique("racked")
+    manifest = cluster_manifest(racked)
+    manifest["spec"]["brokers"]["rackLabel"] = "topology.kubernetes.io/zone"
+    await env.kube.apply(manifest)
+    cluster = await ready_at_generation(env.kube, "Cluster", racked)
+    binding = node_reader_binding_name(NS, racked)
+    assert env.api.exists("rbac.authorization.k8s.io/v1", "clusterrolebindings", None, binding)
+    assert cluster["metadata"].get("finalizers")  # held until the operator removed it
+
+    assert await env.kube.delete(API, "Cluster", NS, racked)
+    await gone(env, "Cluster", racked)
+    assert not env.api.exists("rbac.authorization.k8s.io/v1", "clusterrolebindings", None, binding)
 
 
 async def test_a_new_image_rolls_every_broker_one_at_a_time(env: Env) -> None:
