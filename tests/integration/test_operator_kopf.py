@@ -481,6 +481,18 @@ async def test_a_topic_waits_for_its_cluster_and_tenant_then_lives_on_the_broker
     assert created["status"]["topicName"] == topic
     assert "lastError" not in created["status"]
 
+    # Deleted behind the operator's back: the drift timer makes it again.
+    admin = AdminClient({"bootstrap.servers": env.shoal.internal_bootstrap})
+    await asyncio.to_thread(admin.delete_topics([on_brokers])[on_brokers].result, 10)
+
+    async def recreated() -> bool:
+        again = await env.kube.get(API, "Topic", NS, topic)
+        new_id = (again or {}).get("status", {}).get("topicId")
+        return new_id not in (None, created["status"]["topicId"])
+
+    await eventually(recreated, 3 * INTERVALS.topic_drift_s + 5, f"{on_brokers} to be recreated")
+    assert (await asyncio.to_thread(broker_topics, env)).get(on_brokers) == 2
+
     await env.kube.apply(topic_manifest(topic, cluster, tenant, partitions=4))
     grown = await ready_at_generation(env.kube, "Topic", topic)
     assert grown["status"]["partitions"] == 4
