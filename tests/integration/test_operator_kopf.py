@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 import kopf
 import pytest
 import pytest_asyncio
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 from conftest import GatewayCluster, _teardown, start_gateway_cluster
 from harness import BrokerProcess, EtcdServer
@@ -525,6 +525,8 @@ async def test_a_tenant_key_secret_works_through_the_gateway_and_deletion_revoke
     )
     values = {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
     assert values["username"] == key["keyId"]
+    assert values["bootstrap"] == env.shoal.gateway.bootstrap
+    assert f"sasl.username={key['keyId']}" in values["client.properties"]
 
     async with TenancyStore(env.shoal.etcd_url) as store:
         assert await store.get_tenant(tenant) is not None
@@ -541,6 +543,7 @@ async def test_a_tenant_key_secret_works_through_the_gateway_and_deletion_revoke
         "sasl.password": values["password"],
     }
     await asyncio.to_thread(_produce_and_consume, client, topic)
+    assert not await asyncio.to_thread(_refused, client)
 
     assert await env.kube.delete(API, "Tenant", NS, tenant)
     await gone(env, "Tenant", tenant)
@@ -550,6 +553,20 @@ async def test_a_tenant_key_secret_works_through_the_gateway_and_deletion_revoke
     async with TenancyStore(env.shoal.etcd_url) as store:
         revoked = await store.get_key(key["keyId"])
         assert revoked is None or revoked.revoked
+        assert await store.get_tenant(tenant) is None
+
+    async def key_refused() -> bool:
+        return await asyncio.to_thread(_refused, client)
+
+    await eventually(key_refused, 15, "the gateway to refuse the deleted tenant's key")
+
+
+def _refused(client: dict[str, str]) -> bool:
+    try:
+        AdminClient(client).list_topics(timeout=3)
+    except KafkaException:
+        return True
+    return False
 
 
 def _produce_and_consume(client: dict[str, str], topic: str) -> None:
