@@ -21,7 +21,10 @@ rely on and kmock 0.8 does not do:
   version), missing no write made meanwhile;
 * ``labelSelector`` on lists (equality and existence terms);
 * a Secret's ``stringData`` stored base64-encoded in ``data``, as the API
-  server stores it.
+  server stores it;
+* a short request log: kmock scans every recorded request on each new one,
+  which grows quadratic over a module of operator tests (``deletions`` keeps
+  the order of deletions, which tests look back at).
 
 Served kinds are kmock's bundled built-ins (a recent K3s) and our three CRDs
 from ``k8s/crds``. What stays missing: no garbage collector (owner
