@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Mapping
-from typing import Any, Final
+from dataclasses import dataclass
+from typing import Any, Final, NoReturn
 
 import kopf
 from shoal.operator import conditions
@@ -88,6 +89,42 @@ async def _write_status(
     except KubeError as exc:
         if exc.status != 404:  # deleted meanwhile: nothing left to report on
             raise
+
+
+@dataclass(frozen=True, slots=True)
+class _StatusReport:
+    """How a Topic or Tenant reconcile ends in its status: Ready with its fields,
+    or not Ready with the reason (then kopf retries, or gives up if only the spec
+    can fix it)."""
+
+    ctx: OperatorContext
+    kind: str
+    namespace: str
+    name: str
+    found: list[dict[str, Any]]
+    generation: int
+
+    async def _write(self, status: Mapping[str, Any]) -> None:
+        await _write_status(self.ctx.client(), self.kind, self.namespace, self.name, status)
+
+    async def ready(self, message: str, fields: Mapping[str, Any]) -> None:
+        await self._write(
+            {
+                **fields,
+                "observedGeneration": self.generation,
+                "conditions": conditions.ready(self.found, self.generation, message),
+                "lastError": None,
+            }
+        )
+
+    async def fail(self, reason: str, message: str, retry: bool) -> NoReturn:
+        failed = conditions.not_ready(self.found, self.generation, reason, message)
+        await self._write(
+            {"observedGeneration": self.generation, "conditions": failed, "lastError": message}
+        )
+        if retry:
+            raise kopf.TemporaryError(message, delay=self.ctx.intervals.retry_s)
+        raise kopf.PermanentError(message)
 
 
 async def _resolve_cluster(
@@ -263,21 +300,8 @@ async def _topic_reconcile(
     status: Mapping[str, Any],
 ) -> None:
     kube = ctx.client()
-    generation = _generation(meta)
-    found = _conditions(status)
-
-    async def fail(reason: str, message: str, retry: bool) -> None:
-        failed = conditions.not_ready(found, generation, reason, message)
-        await _write_status(
-            kube,
-            "Topic",
-            namespace,
-            name,
-            {"observedGeneration": generation, "conditions": failed, "lastError": message},
-        )
-        if retry:
-            raise kopf.TemporaryError(message, delay=ctx.intervals.retry_s)
-        raise kopf.PermanentError(message)
+    report = _StatusReport(ctx, "Topic", namespace, name, _conditions(status), _generation(meta))
+    fail = report.fail
 
     try:
         topic = TopicSpec.from_resource(name, spec)
@@ -301,18 +325,7 @@ async def _topic_reconcile(
             if result.get("underReplicated")
             else f"topic {result.get('topicName')} exists on cluster {topic.cluster}"
         )
-        await _write_status(
-            kube,
-            "Topic",
-            namespace,
-            name,
-            {
-                **result,
-                "observedGeneration": generation,
-                "conditions": conditions.ready(found, generation, message),
-                "lastError": None,
-            },
-        )
+        await report.ready(message, result)
 
 
 async def _topic_delete(
@@ -378,21 +391,8 @@ async def _tenant_reconcile(
     status: Mapping[str, Any],
 ) -> None:
     kube = ctx.client()
-    generation = _generation(meta)
-    found = _conditions(status)
-
-    async def fail(reason: str, message: str, retry: bool) -> None:
-        failed = conditions.not_ready(found, generation, reason, message)
-        await _write_status(
-            kube,
-            "Tenant",
-            namespace,
-            name,
-            {"observedGeneration": generation, "conditions": failed, "lastError": message},
-        )
-        if retry:
-            raise kopf.TemporaryError(message, delay=ctx.intervals.retry_s)
-        raise kopf.PermanentError(message)
+    report = _StatusReport(ctx, "Tenant", namespace, name, _conditions(status), _generation(meta))
+    fail = report.fail
 
     try:
         tenant = TenantSpec.from_resource(name, spec, namespace)
@@ -414,18 +414,7 @@ async def _tenant_reconcile(
         for obsolete in outcome.obsolete_secrets:
             await kube.delete("v1", "Secret", namespace, obsolete)
         message = f"tenant {tenant.tenant} has {len(outcome.secrets)} key(s)"
-        await _write_status(
-            kube,
-            "Tenant",
-            namespace,
-            name,
-            {
-                **outcome.status,
-                "observedGeneration": generation,
-                "conditions": conditions.ready(found, generation, message),
-                "lastError": None,
-            },
-        )
+        await report.ready(message, outcome.status)
 
 
 async def _tenant_delete(
