@@ -12,7 +12,8 @@ the same key would see: its own names, its own topics, the same error codes.
 
 Routing, as a Kafka client routes:
 
-* admin and metadata requests go to any broker;
+* admin and metadata requests go to any broker: the tenant's home broker
+  (:class:`HomeBrokers`) while it answers, so a read sees the caller's last write;
 * Produce, Fetch and ListOffsets go to the partition's leader, learned from
   Metadata (node ids are the brokers' own; the address is looked up in
   ``services.cluster.brokers``, never taken from the rewritten answer, which
@@ -182,6 +183,29 @@ class BrokerPool:
                     connection.close()
 
 
+class HomeBrokers:
+    """Which broker each tenant's admin and metadata calls go to: the last one that answered.
+
+    A broker answers an admin write once its own image shows the change; the
+    other brokers see it a moment later, when their etcd watch delivers it.
+    An HTTP caller who sets a config and then reads it back must see the new
+    value, so a tenant's calls stay on one broker while it answers, and move
+    only when it fails. Per tenant rather than one for the gateway, so the
+    load still spreads over the brokers.
+    """
+
+    def __init__(self) -> None:
+        self._home: dict[str, int] = {}
+
+    def order(self, tenant: str, brokers: list[BrokerAddress]) -> list[BrokerAddress]:
+        """``brokers`` with the tenant's home first, the rest as given."""
+        home = self._home.get(tenant)
+        return sorted(brokers, key=lambda broker: broker.node_id != home)
+
+    def answered(self, tenant: str, node_id: int) -> None:
+        self._home[tenant] = node_id
+
+
 def _share(limit: float | None, gateways: int) -> float | None:
     """This gateway's part of a tenant-wide rate (as the Kafka door computes it)."""
     return None if limit is None else limit / max(1, gateways)
@@ -196,11 +220,13 @@ class TenantClient:
         access: TenantAccess,
         lookups: Lookups,
         pool: BrokerPool,
+        homes: HomeBrokers,
     ) -> None:
         self.services = services
         self.access = access
         self._lookups = lookups
         self._pool = pool
+        self._homes = homes
 
     # -- the one way to a broker ---------------------------------------------------
 
@@ -234,11 +260,15 @@ class TenantClient:
             await self.services.cluster.refresh()
             candidates = self.services.cluster.bootstrap_candidates()
         failures = []
-        for broker in candidates:
+        tenant = self.access.tenant
+        for broker in self._homes.order(tenant, candidates):
             try:
-                return await self._pool.call(broker, api, body)
+                response = await self._pool.call(broker, api, body)
             except UpstreamError as exc:
                 failures.append(str(exc))
+                continue
+            self._homes.answered(tenant, broker.node_id)
+            return response
         raise UpstreamError("no broker answered: " + "; ".join(failures))
 
     async def _broker(self, node_id: int) -> BrokerAddress:

@@ -27,7 +27,7 @@ from shoal.gateway.http.errors import (
 from shoal.gateway.http.oauth import router as oauth_router
 from shoal.gateway.metrics import install_metrics
 from shoal.gateway.storage import StorageSurveyor
-from shoal.gateway.tenant_client import BrokerPool
+from shoal.gateway.tenant_client import BrokerPool, HomeBrokers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 if TYPE_CHECKING:
@@ -97,6 +97,7 @@ def create_app(services: GatewayServices, lookups: Lookups | None = None) -> Fas
     app.state.services = services
     app.state.lookups = lookups
     app.state.broker_pool = BrokerPool()
+    app.state.home_brokers = HomeBrokers()
     app.state.storage = StorageSurveyor(services.cluster)
     if services.tracing is not None:
         services.tracing.instrument(app)

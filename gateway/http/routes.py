@@ -98,7 +98,9 @@ async def tenant_client(request: Request, caller: Caller) -> TenantClient:
     state = request.app.state
     if state.lookups is None:
         raise ApiError(ErrorCode.UNAVAILABLE, "this gateway serves no Kafka routes")
-    return TenantClient(state.services, caller, state.lookups, state.broker_pool)
+    return TenantClient(
+        state.services, caller, state.lookups, state.broker_pool, state.home_brokers
+    )
 
 
 Client = Annotated[TenantClient, Depends(tenant_client)]

@@ -440,6 +440,25 @@ def test_topic_admin_round_trip(pair: tuple[Tenant, Tenant]) -> None:
     assert a.get("/topics/admin").status_code == 404
 
 
+def test_each_answered_change_is_seen_by_the_next_read(pair: tuple[Tenant, Tenant]) -> None:
+    """Read-your-writes across three brokers: each broker sees a write a moment after
+    the one that took it, so a read sent elsewhere could still show the old value."""
+    a, _ = pair
+    created = a.post("/topics", json={"topic_name": "settled", "partitions_count": 1})
+    assert created.status_code == 201, created.text
+    for partitions in range(2, 12):
+        grown = a.http.patch(a.url("/topics/settled"), json={"partitions_count": partitions})
+        assert grown.status_code == 200, grown.text
+        listed = a.get("/topics/settled/partitions").json()["data"]
+        assert len(listed) == partitions
+        retention = str(60_000 * partitions)
+        put = a.http.put(a.url("/topics/settled/configs/retention.ms"), json={"value": retention})
+        assert put.status_code == 204, put.text
+        assert a.get("/topics/settled/configs/retention.ms").json()["value"] == retention
+    assert a.http.delete(a.url("/topics/settled")).status_code == 204
+    assert a.get("/topics/settled").status_code == 404
+
+
 def test_group_lag_is_the_end_minus_the_committed_offset(pair: tuple[Tenant, Tenant]) -> None:
     a, _ = pair
     for i in range(5):
