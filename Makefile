@@ -75,8 +75,16 @@ $(BIN)/helm $(BIN)/kubectl &: | $(BIN)/python
 	$(HELM) version --short
 	$(KUBECTL) version --client
 
+# Most integration tests wait on processes, sessions and timeouts, so two
+# workers (pytest-xdist, a file each at a time) take half the time on two
+# cores. Workers start with -P, as every Python here does, so the checkout's
+# operator/ never shadows the standard library's `operator`. Tests marked
+# `alone` measure rates against the machine and run after the rest, by themselves.
+PYTEST_WORKERS := --tx '2*popen//python=$(abspath $(BIN))/python -P' --dist loadfile
+
 pytest: $(VENV)/.installed-test kcat java helm
-	$(BIN)/pytest -q --durations=25 $(PYTEST_ARGS)
+	$(BIN)/pytest -q $(PYTEST_WORKERS) -m 'not alone' --durations=25 $(PYTEST_ARGS)
+	$(BIN)/pytest -q -m alone --durations=5 $(PYTEST_ARGS)
 
 test: check pytest
 

@@ -70,6 +70,10 @@ BACKLOG_BYTES = 40_000_000
 TENANCY_POLL_S = 1.0
 """Longer than the gateway's tenancy poll (300 ms in tests): a new tenant is seen by then."""
 
+# Two tenants' rates compared across phases: another test sharing the cores
+# would move one phase's figures and not the other's.
+pytestmark = pytest.mark.alone
+
 PURGED = (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT)
 """What a stopped producer's dropped records are reported with: not failures."""
 PRODUCER_SETTINGS: dict[str, Any] = {
