@@ -1,5 +1,6 @@
 """Retention deletes whole old segments; the log start offset and ListOffsets(earliest)
-move with it; fetching below it is OFFSET_OUT_OF_RANGE."""
+move with it; fetching below it is OFFSET_OUT_OF_RANGE. A retention.ms lowered on a
+live topic takes effect at the next check."""
 
 from __future__ import annotations
 
@@ -9,7 +10,13 @@ from pathlib import Path
 
 from confluent_kafka import Producer
 from confluent_kafka import TopicPartition as CTopicPartition
-from confluent_kafka.admin import AdminClient, OffsetSpec
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    OffsetSpec,
+)
 from conftest import BrokerFactory
 from harness import wait_until
 from kafka_clients import confluent_consume, create_topic
@@ -23,6 +30,20 @@ def earliest(bootstrap: str, topic: str) -> int:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     tp = CTopicPartition(topic, 0)
     return int(admin.list_offsets({tp: OffsetSpec.earliest()})[tp].result(30).offset)
+
+
+def set_retention_ms(bootstrap: str, topic: str, retention_ms: int) -> None:
+    resource = ConfigResource(
+        "topic",
+        topic,
+        incremental_configs=[
+            ConfigEntry(
+                "retention.ms", str(retention_ms), incremental_operation=AlterConfigOpType.SET
+            )
+        ],
+    )
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.incremental_alter_configs([resource])[resource].result(30)
 
 
 def produce(bootstrap: str, topic: str, count: int, timestamp: int) -> None:
@@ -63,15 +84,17 @@ def test_time_retention_deletes_old_segments_and_moves_the_log_start(
     broker_factory: BrokerFactory,
 ) -> None:
     broker = broker_factory(env=FAST_RETENTION)
+    # The hour-old records are within the default week of retention: nothing
+    # may go until retention.ms is lowered below their age.
     topic = create_topic(
-        broker.bootstrap,
-        1,
-        **{"segment.bytes": "1000", "retention.ms": "600000", "file.delete.delay.ms": "0"},
+        broker.bootstrap, 1, **{"segment.bytes": "1000", "file.delete.delay.ms": "0"}
     )
     now = int(time.time() * 1000)
     produce(broker.bootstrap, topic, 20, now - 3_600_000)
     produce(broker.bootstrap, topic, 10, now)
+    time.sleep(0.5)  # two of the broker's retention checks: neither may delete anything
     assert earliest(broker.bootstrap, topic) == 0
+    set_retention_ms(broker.bootstrap, topic, 600_000)
 
     new_start = wait_until(
         lambda: earliest(broker.bootstrap, topic) or None, 20, "retention to delete segments"
