@@ -8,6 +8,8 @@ fake API server. The login handler fills in :attr:`OperatorContext.kube`.
 
 from __future__ import annotations
 
+import asyncio
+import weakref
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -67,9 +69,26 @@ class OperatorContext:
     """Fixed credentials (tests); None logs in with the pod's service account or kubeconfig."""
     intervals: Intervals = field(default_factory=Intervals)
     metrics: OperatorMetrics = field(default_factory=OperatorMetrics)
-    busy: set[tuple[str, str]] = field(default_factory=set)
-    """(namespace, name) of the Clusters whose handler is running: their timer keeps out."""
     kube: KubeClient | None = None
+    _locks: weakref.WeakValueDictionary[tuple[str, str, str], asyncio.Lock] = field(
+        default_factory=weakref.WeakValueDictionary
+    )
+
+    def lock(self, kind: str, namespace: str, name: str) -> asyncio.Lock:
+        """One handler or timer at a time per object.
+
+        kopf runs an object's timer beside its change and delete handlers, and
+        hands both the same live body, replaced in place as events arrive. A
+        timer that started on the old spec could otherwise finish after a
+        change handler and write its stale view over the status, or repair
+        "drift" back to the old spec, or recreate a topic being deleted. A
+        lock nobody holds or waits for is dropped with its last reference.
+        """
+        key = (kind, namespace, name)
+        found = self._locks.get(key)
+        if found is None:
+            found = self._locks[key] = asyncio.Lock()
+        return found
 
     def client(self) -> KubeClient:
         if self.kube is None:

@@ -12,7 +12,9 @@ in kopf's memo. Each resource follows one pattern:
   what only the user can fix raises :class:`kopf.PermanentError`, and the
   next change of the spec tries again;
 * a timer repeats the reconcile (Topic, Tenant: drift on the cluster) or
-  observes health (Cluster);
+  observes health (Cluster); handlers and timers of one object take turns
+  (:meth:`~shoal.operator.context.OperatorContext.lock`), and the Cluster's
+  timer skips a turn while a reconcile runs;
 * deletion goes through a finalizer (kopf's on.delete) so the topic, or the
   tenant's keys and topics, are removed from the cluster before the
   resource disappears.
@@ -21,7 +23,8 @@ in kopf's memo. Each resource follows one pattern:
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Final, NoReturn
 
@@ -262,10 +265,10 @@ async def _cluster_observe(
     spec: Mapping[str, Any],
     status: Mapping[str, Any],
 ) -> None:
+    # Read once, before any wait: these are kopf's live views of the object.
     found = _conditions(status)
-    if (namespace, name) in ctx.busy:
-        return  # the reconcile in progress owns the status until it finishes
-    if status.get("observedGeneration") != _generation(meta):
+    generation = _generation(meta)
+    if status.get("observedGeneration") != generation:
         return  # a change not reconciled yet: its handler will report
     try:
         cluster = ClusterSpec.from_spec(spec)
@@ -274,7 +277,7 @@ async def _cluster_observe(
     kube = ctx.client()
     endpoints = ctx.resolver(namespace, name, cluster.brokers)
     health = await observe(kube, namespace, name, cluster, endpoints)
-    fresh = cluster_status(health, _generation(meta), found, endpoints, None, settling=False)
+    fresh = cluster_status(health, generation, found, endpoints, None, settling=False)
     await _write_status(kube, "Cluster", namespace, name, fresh)
 
 
@@ -454,6 +457,17 @@ async def _tenant_delete(
 # --- Registration ----------------------------------------------------------------------------
 
 
+@asynccontextmanager
+async def _alone(
+    memo: kopf.Memo, kind: str, namespace: str | None, name: str
+) -> AsyncIterator[tuple[OperatorContext, str]]:
+    """The context and namespace, holding the object's lock (see ``OperatorContext.lock``)."""
+    ctx = context_of(memo)
+    namespaced = _namespaced(namespace)
+    async with ctx.lock(kind, namespaced, name):
+        yield ctx, namespaced
+
+
 def build_registry(intervals: Intervals) -> kopf.OperatorRegistry:
     """Every handler of the operator on a new registry.
 
@@ -497,15 +511,10 @@ def build_registry(intervals: Intervals) -> kopf.OperatorRegistry:
         memo: kopf.Memo,
         **_: Any,
     ) -> None:
-        ctx = context_of(memo)
-        key = (_namespaced(namespace), name)
-        ctx.busy.add(key)
-        try:
+        async with _alone(memo, "Cluster", namespace, name) as (ctx, ns):
             await _counted(
-                ctx, "Cluster", _cluster_reconcile(ctx, name, key[0], uid, meta, spec, status)
+                ctx, "Cluster", _cluster_reconcile(ctx, name, ns, uid, meta, spec, status)
             )
-        finally:
-            ctx.busy.discard(key)
 
     @kopf.timer(
         GROUP,
@@ -524,13 +533,20 @@ def build_registry(intervals: Intervals) -> kopf.OperatorRegistry:
         memo: kopf.Memo,
         **_: Any,
     ) -> None:
-        await _cluster_observe(context_of(memo), name, _namespaced(namespace), meta, spec, status)
+        ctx = context_of(memo)
+        namespace = _namespaced(namespace)
+        lock = ctx.lock("Cluster", namespace, name)
+        if lock.locked():
+            return  # a reconcile is running: it owns the status until it finishes
+        async with lock:
+            await _cluster_observe(ctx, name, namespace, meta, spec, status)
 
     @kopf.on.delete(GROUP, VERSION, "clusters", registry=registry)
     async def cluster_deleted(
         name: str, namespace: str | None, uid: str, spec: kopf.Spec, memo: kopf.Memo, **_: Any
     ) -> None:
-        await _cluster_delete(context_of(memo), name, _namespaced(namespace), uid, spec)
+        async with _alone(memo, "Cluster", namespace, name) as (ctx, ns):
+            await _cluster_delete(ctx, name, ns, uid, spec)
 
     @kopf.on.create(GROUP, VERSION, "topics", registry=registry)
     @kopf.on.update(GROUP, VERSION, "topics", field="spec", registry=registry)
@@ -552,16 +568,15 @@ def build_registry(intervals: Intervals) -> kopf.OperatorRegistry:
         memo: kopf.Memo,
         **_: Any,
     ) -> None:
-        ctx = context_of(memo)
-        await _counted(
-            ctx, "Topic", _topic_reconcile(ctx, name, _namespaced(namespace), meta, spec, status)
-        )
+        async with _alone(memo, "Topic", namespace, name) as (ctx, ns):
+            await _counted(ctx, "Topic", _topic_reconcile(ctx, name, ns, meta, spec, status))
 
     @kopf.on.delete(GROUP, VERSION, "topics", registry=registry)
     async def topic_deleted(
         name: str, namespace: str | None, spec: kopf.Spec, memo: kopf.Memo, **_: Any
     ) -> None:
-        await _topic_delete(context_of(memo), name, _namespaced(namespace), spec)
+        async with _alone(memo, "Topic", namespace, name) as (ctx, ns):
+            await _topic_delete(ctx, name, ns, spec)
 
     @kopf.on.create(GROUP, VERSION, "tenants", registry=registry)
     @kopf.on.update(GROUP, VERSION, "tenants", field="spec", registry=registry)
@@ -584,18 +599,15 @@ def build_registry(intervals: Intervals) -> kopf.OperatorRegistry:
         memo: kopf.Memo,
         **_: Any,
     ) -> None:
-        ctx = context_of(memo)
-        await _counted(
-            ctx,
-            "Tenant",
-            _tenant_reconcile(ctx, name, _namespaced(namespace), uid, meta, spec, status),
-        )
+        async with _alone(memo, "Tenant", namespace, name) as (ctx, ns):
+            await _counted(ctx, "Tenant", _tenant_reconcile(ctx, name, ns, uid, meta, spec, status))
 
     @kopf.on.delete(GROUP, VERSION, "tenants", registry=registry)
     async def tenant_deleted(
         name: str, namespace: str | None, uid: str, spec: kopf.Spec, memo: kopf.Memo, **_: Any
     ) -> None:
-        await _tenant_delete(context_of(memo), name, _namespaced(namespace), uid, spec)
+        async with _alone(memo, "Tenant", namespace, name) as (ctx, ns):
+            await _tenant_delete(ctx, name, ns, uid, spec)
 
     return registry
 
