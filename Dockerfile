@@ -23,6 +23,7 @@ COPY tenancy tenancy
 COPY gateway gateway
 COPY connector connector
 COPY operator operator
+COPY benchmarks benchmarks
 RUN pip wheel --no-cache-dir --wheel-dir /wheels .
 
 # -- runtime: a virtualenv with those wheels, nothing else ------------------------

@@ -77,10 +77,9 @@ $(BIN)/helm $(BIN)/kubectl &: | $(BIN)/python
 
 # Most integration tests wait on processes, sessions and timeouts, so two
 # workers (pytest-xdist, a file each at a time) take half the time on two
-# cores. Workers start with -P, as every Python here does, so the checkout's
-# operator/ never shadows the standard library's `operator`. Tests marked
-# `alone` measure rates against the machine and run after the rest, by themselves.
-PYTEST_WORKERS := --tx '2*popen//python=$(abspath $(BIN))/python -P' --dist loadfile
+# cores. Tests marked `alone` measure rates against the machine and run after
+# the rest, by themselves.
+PYTEST_WORKERS := -n 2 --dist loadfile
 
 pytest: $(VENV)/.installed-test kcat java helm
 	$(BIN)/pytest -q $(PYTEST_WORKERS) -m 'not alone' --durations=25 $(PYTEST_ARGS)
@@ -93,17 +92,18 @@ $(VENV)/.installed-bench: pyproject.toml $(PACKAGE_DIRS) | $(BIN)/python
 	touch $@
 
 # The side-by-side suite (Shoal, NATS JetStream, Redis Streams; about 13.5 min on 2 cores).
-# It installs nats-server and redis-server from Debian itself.
+# It installs nats-server and redis-server from Debian itself. The benchmarks are
+# the installed package shoal.benchmarks, so they run from any working directory.
 bench: $(VENV)/.installed-bench
-	$(BIN)/python benchmarks/compare.py --update-readme
+	$(BIN)/python -m shoal.benchmarks.compare --update-readme
 
 # The focused benchmarks of one part each (about 8 min).
 bench-detail: $(VENV)/.installed-bench java
-	$(BIN)/python benchmarks/produce_consume.py
-	$(BIN)/python benchmarks/group_consume.py
-	$(BIN)/python benchmarks/replicated.py
-	$(BIN)/python benchmarks/gateway.py
-	$(BIN)/python benchmarks/spark_read.py
+	$(BIN)/python -m shoal.benchmarks.produce_consume
+	$(BIN)/python -m shoal.benchmarks.group_consume
+	$(BIN)/python -m shoal.benchmarks.replicated
+	$(BIN)/python -m shoal.benchmarks.gateway
+	$(BIN)/python -m shoal.benchmarks.spark_read
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

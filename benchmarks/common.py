@@ -203,7 +203,6 @@ class LocalCluster:
             self.brokers[node] = subprocess.Popen(
                 [
                     sys.executable,
-                    "-P",
                     "-m",
                     "shoal",
                     "broker",
@@ -280,7 +279,7 @@ class GatewayProcess:
         self.http_port = free_port_block(1)
         self.log_path = root / "gateway.log"
         self.command = [
-            sys.executable, "-P", "-m", "shoal", "gateway",
+            sys.executable, "-m", "shoal", "gateway",
             f"--etcd={etcd_url}",
             f"--listen=127.0.0.1:{self.port}",
             f"--http-listen=127.0.0.1:{self.http_port}",

@@ -1,18 +1,21 @@
 """Shoal side by side with NATS JetStream and Redis Streams, and the machine's limits.
 
-    python benchmarks/compare.py [--systems shoal nats redis] [--scale F]
-                                 [--out DIR] [--update-readme] [--keep]
+    python -m shoal.benchmarks.compare [--systems shoal nats redis] [--scale F]
+                                       [--out DIR] [--update-readme] [--keep]
+
+The path form, ``python benchmarks/compare.py ...``, works as well, from any
+working directory.
 
 Measures the machine (``../shared/tools/limits`` and a loopback round trip),
 then, one system at a time, installs it if missing, starts it on loopback,
-runs the five workloads of :mod:`suite.workloads` against each of its
+runs the five workloads of :mod:`.suite.workloads` against each of its
 targets and stops it. Writes ``results.json``, ``table.md``,
 ``throughput.png`` and ``latency_cdf.png`` to ``--out`` (by default
 ``benchmarks/results/compare-<time>/``), prints the table, and with
 ``--update-readme`` puts it into ``benchmarks/README.md``. ``--scale``
 multiplies every workload's size (0.05 for a quick look). ``--profile W``
 runs workload W under py-spy on every Shoal server process (see
-:mod:`suite.profile`). A workload that fails is recorded with its error and
+:mod:`.suite.profile`). A workload that fails is recorded with its error and
 the suite goes on.
 """
 
@@ -31,12 +34,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from common import HERE, measure_limits
-from suite import report, workloads
-from suite.machine import loopback_round_trip
-from suite.profile import profiled
-from suite.systems import SYSTEMS, Target
-from suite.workloads import Sizes
+from shoal.benchmarks.common import HERE, measure_limits
+from shoal.benchmarks.suite import report, workloads
+from shoal.benchmarks.suite.machine import loopback_round_trip
+from shoal.benchmarks.suite.profile import profiled
+from shoal.benchmarks.suite.systems import SYSTEMS, Target
+from shoal.benchmarks.suite.workloads import Sizes
 
 README = HERE / "README.md"
 CHARTS = HERE / "charts"

@@ -1,7 +1,7 @@
 """The gateway's cost: throughput and latency through it against straight to the brokers.
 
-    python benchmarks/gateway.py [--records N] [--runs R] [--rate RPS]
-                                 [--latency-seconds S] [--brokers B] [--keep]
+    python -m shoal.benchmarks.gateway [--records N] [--runs R] [--rate RPS]
+                                       [--latency-seconds S] [--brokers B] [--keep]
 
 Starts etcd and B (1) brokers in a temporary directory on the disk the limits
 are measured on, a tenant ``bench`` with one API key in etcd, and a ``shoal
@@ -48,7 +48,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from common import (
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from shoal.benchmarks.common import (
     HERE,
     GatewayProcess,
     LocalCluster,
@@ -57,8 +59,6 @@ from common import (
     measure_limits,
     produce_flat_out,
 )
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
 
 RECORD_SIZE = 1024
 TENANT = "bench"

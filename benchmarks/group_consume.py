@@ -1,6 +1,6 @@
 """A consumer group of three reading a 1 GiB topic: MB/s and rebalance times, beside the limits.
 
-    python benchmarks/group_consume.py [--gib G] [--runs R]
+    python -m shoal.benchmarks.group_consume [--gib G] [--runs R]
 
 Starts its own etcd and broker, produces G GiB of 1 KiB records into a
 6-partition topic, then starts three confluent-kafka consumers in one group,
@@ -34,9 +34,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from common import HERE, LocalCluster, cpu_seconds, measure_limits
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from shoal.benchmarks.common import HERE, LocalCluster, cpu_seconds, measure_limits
 
 RECORD_SIZE = 1024
 PARTITIONS = 6
@@ -87,7 +87,15 @@ def member(bootstrap: str, group: str, topic: str) -> None:
 class Member:
     def __init__(self, bootstrap: str, group: str, topic: str) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, __file__, "--member", bootstrap, group, topic],
+            [
+                sys.executable,
+                "-m",
+                "shoal.benchmarks.group_consume",
+                "--member",
+                bootstrap,
+                group,
+                topic,
+            ],
             stdout=subprocess.PIPE,
             text=True,
         )

@@ -1,6 +1,6 @@
 """Produce/consume throughput and produce latency of one broker, beside the machine's limits.
 
-    python benchmarks/produce_consume.py [--records N] [--runs R] [--bootstrap HOST:PORT]
+    python -m shoal.benchmarks.produce_consume [--records N] [--runs R] [--bootstrap HOST:PORT]
 
 Without ``--bootstrap`` it starts its own etcd and broker in a temporary
 directory on the same disk the limits are measured on. The load is
@@ -31,9 +31,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from common import HERE, LocalCluster, cpu_seconds, measure_limits, produce_flat_out
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from shoal.benchmarks.common import (
+    HERE,
+    LocalCluster,
+    cpu_seconds,
+    measure_limits,
+    produce_flat_out,
+)
 
 RECORD_SIZE = 1024
 

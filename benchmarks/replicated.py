@@ -1,7 +1,7 @@
 """Three brokers, replication factor 3: acks=all throughput and latency, leader failover time.
 
-    python benchmarks/replicated.py [--records N] [--runs R] [--partitions P ...]
-                                    [--rounds K] [--session-timeout-ms MS] [--keep]
+    python -m shoal.benchmarks.replicated [--records N] [--runs R] [--partitions P ...]
+                                          [--rounds K] [--session-timeout-ms MS] [--keep]
 
 Starts etcd and three brokers in a temporary directory on the disk the limits
 are measured on, with topics of replication factor 3 and
@@ -56,9 +56,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from common import HERE, LocalCluster, cpu_seconds, measure_limits, produce_flat_out
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+from shoal.benchmarks.common import (
+    HERE,
+    LocalCluster,
+    cpu_seconds,
+    measure_limits,
+    produce_flat_out,
+)
 
 RECORD_SIZE = 1024
 BROKERS = 3
@@ -438,10 +444,10 @@ def report(
         mine = [r for r in runs if r.partitions == partitions]
         fields = ("records_per_s", "mb_per_s", "latency_p50_ms", "latency_p99_ms")
         med = {k: median([getattr(r, k) for r in mine]) for k in fields}
-        med["broker_cpu"] = [median([r.broker_cpu[n] for r in mine]) for n in range(BROKERS)]
+        broker_cpu = [median([r.broker_cpu[n] for r in mine]) for n in range(BROKERS)]
         med["etcd_cpu"] = median([r.etcd_cpu for r in mine])
         med["client_cpu"] = median([r.client_cpu for r in mine])
-        summary[f"{partitions}_partitions"] = med
+        summary[f"{partitions}_partitions"] = {**med, "broker_cpu": broker_cpu}
         print(
             f"\nacks=all, idempotent, linger.ms=5, {partitions} partition(s):"
             f" median of {len(mine)} runs of {mine[0].records} x {RECORD_SIZE} B records"
@@ -455,12 +461,12 @@ def report(
         for node in range(BROKERS):
             leads = sum(r.leaders.count(node) for r in mine)
             role = f" (led {leads}/{len(mine) * partitions} partitions)" if leads else ""
-            row(f"CPU broker {node}{role}", med["broker_cpu"][node])
+            row(f"CPU broker {node}{role}", broker_cpu[node])
         row("CPU etcd", med["etcd_cpu"])
         row("CPU producer (this process)", med["client_cpu"])
         row(
             "CPU total, of all cores",
-            sum(med["broker_cpu"]) + med["etcd_cpu"] + med["client_cpu"],
+            sum(broker_cpu) + med["etcd_cpu"] + med["client_cpu"],
             ("cpus", limits.get("cpus")),
         )
 

@@ -1,7 +1,7 @@
 """A batch read of a 1 GiB topic into Spark, against confluent-kafka alone reading it.
 
-    python benchmarks/spark_read.py [--size-mib M] [--runs R] [--partitions P]
-                                    [--min-partitions N] [--profile] [--keep]
+    python -m shoal.benchmarks.spark_read [--size-mib M] [--runs R] [--partitions P]
+                                          [--min-partitions N] [--profile] [--keep]
 
 Starts etcd and three brokers (replication factor 3) in a temporary directory
 on the disk the limits are measured on, a tenant ``bench`` with one API key,
@@ -69,10 +69,17 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from common import HERE, GatewayProcess, LocalCluster, cpu_seconds, create_tenant, measure_limits
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from shoal.benchmarks.common import (
+    HERE,
+    GatewayProcess,
+    LocalCluster,
+    cpu_seconds,
+    create_tenant,
+    measure_limits,
+)
 from shoal.connector import client_options
 
 RECORD_SIZE = 1024
@@ -263,11 +270,8 @@ def read_with_confluent_kafka(
 
 
 def start_spark(root: Path) -> Any:
-    # Spark's Python workers must run this interpreter, which has shoal
-    # installed, and must not put the working directory (the repository root,
-    # where shoal/ is only the core folder) ahead of the installed package.
+    # Spark's Python workers must run this interpreter, which has shoal installed.
     os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYTHONSAFEPATH"] = "1"
     from pyspark.sql import SparkSession
     from shoal.connector import ShoalDataSource
 

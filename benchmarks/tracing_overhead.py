@@ -7,12 +7,13 @@ makes the gateway's SERVER and CLIENT spans (and the traceparent on the
 forwarded client id) and the broker's SERVER span, here exported to nowhere
 (a processor that drops them), so the figure is the SDK's own cost.
 
-Run: ``.venv/bin/python benchmarks/tracing_overhead.py``; it prints
+Run: ``.venv/bin/python -m shoal.benchmarks.tracing_overhead``; it prints
 nanoseconds per request for each step.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import datetime
 import timeit
@@ -56,6 +57,7 @@ def _produce_frame(client_id: str) -> bytes:
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
     versions = {0: (9, 9)}
     plain = _produce_frame("rdkafka")
     provider = TracerProvider()

@@ -166,11 +166,8 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     import os
     import sys
 
-    # Spark's Python workers must run this interpreter, which has shoal installed,
-    # and must not put the working directory (where shoal/ is only the core
-    # folder) ahead of the installed package.
+    # Spark's Python workers must run this interpreter, which has shoal installed.
     os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYTHONSAFEPATH"] = "1"
     from pyspark.sql import SparkSession
     from shoal.connector import ShoalDataSource
 

@@ -1,8 +1,7 @@
 """Real processes for tests: etcd and brokers on loopback, started and killed for real.
 
-Each broker runs as ``python -P -m shoal broker`` (``-P`` so the checkout's
-``shoal/`` folder never shadows the installed package) with its output in a
-log file next to its data, which failing tests print.
+Each broker runs as ``python -m shoal broker`` with its output in a log file
+next to its data, which failing tests print.
 """
 
 from __future__ import annotations
@@ -145,7 +144,6 @@ class BrokerProcess:
     def command(self) -> list[str]:
         return [
             sys.executable,
-            "-P",
             "-m",
             "shoal",
             "broker",

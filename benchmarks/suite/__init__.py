@@ -1,15 +1,15 @@
 """The side-by-side suite behind ``make bench``: Shoal, NATS JetStream and Redis Streams.
 
-``benchmarks/compare.py`` is the entry point. The pieces:
+``python -m shoal.benchmarks.compare`` is the entry point. The pieces:
 
-* :mod:`suite.systems` installs (Debian packages), starts and stops every
+* :mod:`.systems` installs (Debian packages), starts and stops every
   system on loopback and says how its clients connect;
-* :mod:`suite.nats_client` and :mod:`suite.redis_client` are the peers'
-  load generators, built on :mod:`shoal.loadgen`'s pacing, payloads, stamps
+* :mod:`.nats_client` and :mod:`.redis_client` are the peers'
+  load generators, built on :mod:`shoal.cli.loadgen`'s pacing, payloads, stamps
   and result types so that every system is measured the same way (Kafka
-  clients use :mod:`shoal.loadgen` itself);
-* :mod:`suite.worker` runs one client role in its own process, so clients
+  clients use :mod:`shoal.cli.loadgen` itself);
+* :mod:`.worker` runs one client role in its own process, so clients
   do not share one interpreter's lock with each other or with the suite;
-* :mod:`suite.workloads` are the five workloads, :mod:`suite.report` the
+* :mod:`.workloads` are the five workloads, :mod:`.report` the
   JSON, the Markdown table and the charts.
 """

@@ -1,4 +1,4 @@
-"""Load for the gateway's HTTP door, measured as :mod:`shoal.loadgen` measures Kafka.
+"""Load for the gateway's HTTP door, measured as :mod:`shoal.cli.loadgen` measures Kafka.
 
 Records go in batched requests (``POST .../records:batch``, Confluent REST
 v3's shape) of :data:`BATCH` records, :data:`IN_FLIGHT` requests at a time,
@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 
-from shoal.loadgen import LatencyRecorder, ProduceResult, make_payload
+from shoal.cli.loadgen import LatencyRecorder, ProduceResult, make_payload
 
 BATCH = 200
 IN_FLIGHT = 4

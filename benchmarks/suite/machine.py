@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 
-from shoal.loadgen import percentile
+from shoal.cli.loadgen import percentile
 
 ECHO = """
 import socket, sys

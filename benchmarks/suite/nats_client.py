@@ -1,4 +1,4 @@
-"""Load for NATS JetStream with nats-py, measured as :mod:`shoal.loadgen` measures Kafka.
+"""Load for NATS JetStream with nats-py, measured as :mod:`shoal.cli.loadgen` measures Kafka.
 
 A topic of P partitions is P streams, ``<topic>-<p>`` on subject
 ``<topic>.<p>``, each with file storage and three replicas: a stream is
@@ -30,7 +30,7 @@ from nats.aio.client import Client as NatsClient
 from nats.js import api
 from nats.js.client import JetStreamContext
 
-from shoal.loadgen import (
+from shoal.cli.loadgen import (
     ConsumeResult,
     LatencyRecorder,
     LatencyResult,
@@ -235,7 +235,7 @@ async def read_latencies(
     on_ready: Callable[[], None],
 ) -> LatencyResult:
     """Read ``run_id``'s stamped records of a one-partition topic from its end, as
-    :func:`shoal.loadgen.read_latencies` does for Kafka."""
+    :func:`shoal.cli.loadgen.read_latencies` does for Kafka."""
     client = await _connect(connection)
     latencies = LatencyRecorder(records)
     received = 0

@@ -1,8 +1,8 @@
 """Where a server's time goes during one workload: py-spy on each of its processes.
 
-``compare.py --profile WORKLOAD`` wraps that workload of every Shoal target
-in :func:`profiled`: ``py-spy record`` attaches to each broker and the
-gateway, samples until the workload ends, and writes the collapsed stacks
+``python -m shoal.benchmarks.compare --profile WORKLOAD`` wraps that workload of
+every Shoal target in :func:`profiled`: ``py-spy record`` attaches to each
+broker and the gateway, samples until the workload ends, and writes the collapsed stacks
 (``<target>-<workload>-<process>.folded``, for flame graph tools) and a
 summary of the functions with the most samples, by themselves and with what
 they call. Profiling slows the processes it samples, so a profiled run's

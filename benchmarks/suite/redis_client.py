@@ -1,4 +1,4 @@
-"""Load for Redis Streams with redis-py, measured as :mod:`shoal.loadgen` measures Kafka.
+"""Load for Redis Streams with redis-py, measured as :mod:`shoal.cli.loadgen` measures Kafka.
 
 A topic of P partitions is P stream keys, ``<topic>:<p>``; records go
 round-robin over them. Values are one field, ``v``.
@@ -26,7 +26,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
-from shoal.loadgen import (
+from shoal.cli.loadgen import (
     ConsumeResult,
     LatencyRecorder,
     LatencyResult,
@@ -225,7 +225,7 @@ async def read_latencies(
     on_ready: Callable[[], None],
 ) -> LatencyResult:
     """Read ``run_id``'s stamped records of a one-partition topic from its end, as
-    :func:`shoal.loadgen.read_latencies` does for Kafka."""
+    :func:`shoal.cli.loadgen.read_latencies` does for Kafka."""
     client = _client(connection)
     stream = key(topic, 0)
     latencies = LatencyRecorder(records)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from shoal.loadgen import CDF_QUANTILES
+from shoal.cli.loadgen import CDF_QUANTILES
 
 Results = dict[str, Any]
 """One system's results: workload name to its figures (or ``{"error": ...}``)."""

@@ -27,7 +27,13 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from common import GatewayProcess, LocalCluster, create_tenant, free_port, free_port_block
+from shoal.benchmarks.common import (
+    GatewayProcess,
+    LocalCluster,
+    create_tenant,
+    free_port,
+    free_port_block,
+)
 
 SHOAL_BROKERS = 3
 MIN_INSYNC_REPLICAS = 2
@@ -100,7 +106,7 @@ def _redis_version() -> str:
 
 def _shoal_version() -> str:
     git = ["git", "rev-parse", "--short", "HEAD"]
-    here = Path(__file__).parent
+    here = Path(__file__).resolve().parent
     commit = subprocess.run(git, check=False, capture_output=True, text=True, cwd=here).stdout
     return f"shoal {metadata.version('shoal')} {commit.strip()}".strip()
 

@@ -1,4 +1,4 @@
-"""One client role in its own process: ``python -P -m suite.worker SPEC-JSON``.
+"""One client role in its own process: ``python -m shoal.benchmarks.suite.worker SPEC-JSON``.
 
 The suite starts workers rather than threads so that clients never share an
 interpreter lock with each other or with the suite, as separate
@@ -6,21 +6,22 @@ applications would not. A worker waits until ``start_at`` (a wall-clock
 time, so that several workers begin together), runs its role (a producer
 first sends ``warmup`` unmeasured records with the same client), and
 prints one JSON line:
-the result (``shoal.loadgen``'s fields), its wall-clock start and end, and
+the result (``shoal.cli.loadgen``'s fields), its wall-clock start and end, and
 the CPU seconds the worker used during the measured run.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import resource
-import sys
 import time
 from typing import Any
 
-from shoal import loadgen
-from suite import http_client, nats_client, redis_client
+from shoal.benchmarks.suite import http_client, nats_client, redis_client
+
+from shoal.cli import loadgen
 
 SPREAD = {"sticky.partitioning.linger.ms": 0}
 """librdkafka sends each keyless record to a random partition instead of filling
@@ -121,7 +122,9 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def main() -> None:
-    print(json.dumps(run(json.loads(sys.argv[1]))), flush=True)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("spec", metavar="SPEC-JSON", type=json.loads, help="the role, as JSON")
+    print(json.dumps(run(parser.parse_args().spec)), flush=True)
 
 
 if __name__ == "__main__":

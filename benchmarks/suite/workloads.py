@@ -1,6 +1,6 @@
 """The five workloads, each a fixed amount of work run against one :class:`Target`.
 
-Every client runs in a :mod:`suite.worker` process. Each workload returns a
+Every client runs in a :mod:`.worker` process. Each workload returns a
 dict of figures (MB is 10**6 bytes, records are :data:`RECORD_SIZE` bytes)
 including ``cpu``: the cores the system's server processes used while it
 ran, the cost side of the comparison.
@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -35,11 +34,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from common import HERE, cpu_seconds
 from confluent_kafka.admin import AdminClient, NewTopic
-
-from suite import nats_client, redis_client
-from suite.systems import MIN_INSYNC_REPLICAS, Target
+from shoal.benchmarks.common import cpu_seconds
+from shoal.benchmarks.suite import nats_client, redis_client
+from shoal.benchmarks.suite.systems import MIN_INSYNC_REPLICAS, Target
 
 RECORD_SIZE = 1024
 GROUP_JOIN_S = 6.0
@@ -111,13 +109,11 @@ def _spec(target: Target, role: str, topic: str, records: int, **extra: Any) -> 
 
 
 def _start(spec: dict[str, Any]) -> subprocess.Popen[str]:
-    env = {**os.environ, "PYTHONPATH": str(HERE)}
     return subprocess.Popen(
-        [sys.executable, "-P", "-m", "suite.worker", json.dumps(spec)],
+        [sys.executable, "-m", "shoal.benchmarks.suite.worker", json.dumps(spec)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=env,
     )
 
 

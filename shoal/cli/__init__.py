@@ -1,54 +1,6 @@
-"""The ``shoal`` command: one entry point for every component and for humans.
+"""The ``shoal`` command (:mod:`shoal.cli.app`) and what only its commands use.
 
-``shoal broker``, ``shoal gateway`` and ``shoal operator`` run one component each (container
-entry points); ``shoal dev`` runs a local cluster; ``shoal topic``, ``shoal produce`` and ``shoal
-consume`` are a Kafka client for people; ``shoal bench produce|consume|e2e``
-measures any Kafka-compatible cluster as Kafka's perf-test tools do; ``shoal
-tenant``, ``key``, ``acl`` and ``quota`` manage tenants in etcd; ``shoal oauth
-rotate-keys`` rotates the gateways' token signing key; ``shoal rack-of-node`` is the
-brokers' init container on Kubernetes. Every flag also reads a
-``SHOAL_*`` environment variable, named in ``--help``.
+This package's own import is empty on purpose: the benchmarks' client
+processes import :mod:`shoal.cli.loadgen` alone, without the servers that the
+command's subcommands bring in.
 """
-
-from __future__ import annotations
-
-import typer
-
-from shoal.cli.bench import bench_app
-from shoal.cli.broker import broker
-from shoal.cli.dev import dev
-from shoal.cli.gateway import gateway
-from shoal.cli.group import group_app
-from shoal.cli.oauth import oauth_app
-from shoal.cli.operator import operator
-from shoal.cli.rack import rack_of_node_command
-from shoal.cli.records import consume, produce
-from shoal.cli.tenancy import acl_app, key_app, quota_app, tenant_app
-from shoal.cli.topic import topic_app
-
-app = typer.Typer(
-    name="shoal",
-    help="Shoal: multi-tenant, Kafka-compatible event streaming.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
-app.command()(broker)
-app.command()(dev)
-app.command()(gateway)
-app.command()(operator)
-app.command()(produce)
-app.command()(consume)
-app.command(name="rack-of-node")(rack_of_node_command)
-app.add_typer(topic_app, name="topic")
-app.add_typer(bench_app, name="bench")
-app.add_typer(group_app, name="group")
-app.add_typer(tenant_app, name="tenant")
-app.add_typer(key_app, name="key")
-app.add_typer(acl_app, name="acl")
-app.add_typer(quota_app, name="quota")
-app.add_typer(oauth_app, name="oauth")
-
-
-def main() -> None:
-    app()

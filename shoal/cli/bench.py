@@ -5,7 +5,7 @@ kafka-consumer-perf-test's flags (``--topic``, ``--num-records``,
 ``--record-size``, ``--throughput`` with -1 for no limit, ``--producer-props``)
 and the client settings of every other Kafka command here (``--bootstrap``,
 ``--config-file``, ``-X``), so one command line measures Shoal and a Kafka
-side by side. The load itself is :mod:`shoal.loadgen`; this module only
+side by side. The load itself is :mod:`shoal.cli.loadgen`; this module only
 parses flags and shows what it reports.
 
 Output: on a terminal, a live progress line (records, current rate, MB/s,
@@ -33,7 +33,7 @@ from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
 from rich.progress import Progress as ProgressBar
 from rich.table import Table
 
-from shoal import loadgen
+from shoal.cli import loadgen
 from shoal.cli.client import (
     BootstrapOption,
     ConfigFileOption,

@@ -225,7 +225,6 @@ class DevCluster:
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **_BROKER_ENV}
         return await asyncio.create_subprocess_exec(
             sys.executable,
-            "-P",
             "-m",
             "shoal",
             "broker",
@@ -244,7 +243,6 @@ class DevCluster:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         return await asyncio.create_subprocess_exec(
             sys.executable,
-            "-P",
             "-m",
             "shoal",
             "gateway",

@@ -98,7 +98,7 @@ class GatewayProcess:
 
     def command(self) -> list[str]:
         args = [
-            sys.executable, "-P", "-m", "shoal", "gateway",
+            sys.executable, "-m", "shoal", "gateway",
             f"--etcd={self.etcd_url}",
             f"--listen=127.0.0.1:{self.port}",
             f"--http-listen=127.0.0.1:{self.http_port}",

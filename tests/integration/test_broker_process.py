@@ -28,7 +28,7 @@ def test_every_setting_can_come_from_the_environment(etcd: EtcdServer, tmp_path:
     }
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
-            [sys.executable, "-P", "-m", "shoal", "broker"], env=env, stdout=log, stderr=log
+            [sys.executable, "-m", "shoal", "broker"], env=env, stdout=log, stderr=log
         )
     try:
         # JSON lines: the ready event is a field, not the text format's key=value.
@@ -64,7 +64,7 @@ def test_a_data_dir_of_another_node_is_refused(broker_factory: BrokerFactory) ->
     first = broker_factory()
     assert first.stop() == 0
     other = subprocess.run(
-        [sys.executable, "-P", "-m", "shoal", "broker", "--node-id=3",
+        [sys.executable, "-m", "shoal", "broker", "--node-id=3",
          f"--data-dir={first.data_dir}", f"--listen=127.0.0.1:{free_port()}",
          f"--etcd={first.etcd_url}"],
         capture_output=True,

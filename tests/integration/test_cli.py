@@ -16,7 +16,7 @@ def shoal(
     *args: str, stdin: bytes | None = None, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(
-        [sys.executable, "-P", "-m", "shoal", *args],
+        [sys.executable, "-m", "shoal", *args],
         input=stdin,
         capture_output=True,
         timeout=60,

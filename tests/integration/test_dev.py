@@ -20,7 +20,7 @@ def start_dev(
 ) -> subprocess.Popen[bytes]:
     with open(data_dir.parent / "dev-output.log", "ab") as output:
         return subprocess.Popen(
-            [sys.executable, "-P", "-m", "shoal", "dev", f"--data-dir={data_dir}",
+            [sys.executable, "-m", "shoal", "dev", f"--data-dir={data_dir}",
              f"--port={port}", f"--broker-port={broker_port}", f"--etcd-port={etcd_port}",
              f"--http-port={http_port}", f"--metrics-port={metrics_port}"],
             stdout=output,
@@ -95,14 +95,14 @@ def test_dev_cluster_lifecycle(tmp_path: Path) -> None:
             b"broker %d at 127.0.0.1:%d" % (node, port + 1 + node) in listing for node in range(3)
         )
         keys = subprocess.run(
-            [sys.executable, "-P", "-m", "shoal", "key", "list", "demo",
+            [sys.executable, "-m", "shoal", "key", "list", "demo",
              f"--etcd=http://127.0.0.1:{etcd_port}", "-o", "json"],
             check=True, capture_output=True, timeout=60,
         )  # fmt: skip
         assert [k["key_id"] for k in json.loads(keys.stdout)] == [key_id]
         # What the README tells a newcomer to do: source the file, then use the CLI.
         listed = subprocess.run(
-            ["bash", "-c", f"source {data_dir / 'dev.env'} && {sys.executable} -P -m shoal "
+            ["bash", "-c", f"source {data_dir / 'dev.env'} && {sys.executable} -m shoal "
              "topic list -o json"],
             capture_output=True,
             timeout=60,
@@ -111,7 +111,7 @@ def test_dev_cluster_lifecycle(tmp_path: Path) -> None:
         assert listed.returncode == 0, listed.stderr.decode()
         assert json.loads(listed.stdout) == []
         created = subprocess.run(
-            [sys.executable, "-P", "-m", "shoal", "topic", "create", "dev-topic",
+            [sys.executable, "-m", "shoal", "topic", "create", "dev-topic",
              "-F", str(properties), "-o", "json"],
             check=True,
             capture_output=True,
@@ -125,7 +125,7 @@ def test_dev_cluster_lifecycle(tmp_path: Path) -> None:
         assert kcat(properties, "-C", "-t", "dev-topic", "-e", "-q") == b"one\ntwo\n"
 
         second = subprocess.run(
-            [sys.executable, "-P", "-m", "shoal", "dev", f"--data-dir={data_dir}",
+            [sys.executable, "-m", "shoal", "dev", f"--data-dir={data_dir}",
              f"--port={free_port_block(4)}", f"--broker-port={free_port_block(3)}",
              f"--etcd-port={free_port_block(2)}"],
             capture_output=True,

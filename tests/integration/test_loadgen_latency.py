@@ -17,11 +17,11 @@ import time
 from harness import BrokerProcess
 from kafka_clients import create_topic
 
-from shoal import loadgen
+from shoal.cli import loadgen
 
 PRODUCER = """
 import sys
-from shoal import loadgen
+from shoal.cli import loadgen
 config = {"bootstrap.servers": sys.argv[1]}
 result = loadgen.produce(config, sys.argv[2], 200, 64, 400, run_id=bytes.fromhex(sys.argv[3]))
 assert result.records == 200, result
@@ -45,7 +45,7 @@ def test_read_latencies_measures_a_producer_in_another_process(broker: BrokerPro
     loadgen.produce(config, topic, 30, 64)  # unstamped: read and ignored
     before_ns = time.perf_counter_ns()
     subprocess.run(
-        [sys.executable, "-P", "-c", PRODUCER, broker.bootstrap, topic, run_id.hex()],
+        [sys.executable, "-c", PRODUCER, broker.bootstrap, topic, run_id.hex()],
         check=True,
         timeout=60,
     )

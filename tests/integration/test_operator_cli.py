@@ -67,7 +67,7 @@ async def test_the_operator_process_serves_a_namespace_and_stops_on_sigterm(
         }
         log = (tmp_path / "operator.log").open("wb")
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-P", "-m", "shoal", "operator", "--liveness-port", str(liveness),
+            sys.executable, "-m", "shoal", "operator", "--liveness-port", str(liveness),
             "--metrics-listen", f"127.0.0.1:{metrics}",
             env=env, stdout=log, stderr=log,
         )  # fmt: skip

@@ -32,7 +32,8 @@ from shoal.cli.client import read_properties
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
-JOBS = Path(__file__).resolve().parents[2] / "spark-operator-jobs" / "jobs"
+ROOT = Path(__file__).resolve().parents[2]
+JOBS = ROOT / "spark-operator-jobs" / "jobs"
 SPARK_SUBMIT = Path(sys.executable).parent / "spark-submit"
 TOPIC = "events"
 HOUR_FORMAT = "%Y-%m-%dT%H"
@@ -109,18 +110,21 @@ def stop(process: subprocess.Popen[bytes]) -> None:
 
 def spark_submit(job: str, *args: str, log: Path) -> None:
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    env.pop("PYTHONSAFEPATH", None)
     argv = [
         str(SPARK_SUBMIT), "--master", "local[2]", "--conf", "spark.ui.enabled=false",
+        "--conf", f"spark.sql.warehouse.dir={log.parent / 'spark-warehouse'}",
         str(JOBS / job), *args,
     ]  # fmt: skip
     with open(log, "ab") as output:
         output.write(f"\n$ {' '.join(argv)}\n".encode())
         output.flush()
         # Its own session, so a timeout takes the JVM's Python workers down with it.
-        # Not in the repository root: the workers put their working directory
-        # first on sys.path, where ./shoal has no connector.
+        # Started in the checkout root, as README's commands are: the workers put
+        # that folder first on sys.path, and must still get the installed
+        # shoal.connector and the standard library's `operator`.
         process = subprocess.Popen(
-            argv, stdout=output, stderr=output, env=env, cwd=log.parent, start_new_session=True
+            argv, stdout=output, stderr=output, env=env, cwd=ROOT, start_new_session=True
         )
         try:
             returncode = process.wait(300)
@@ -142,7 +146,7 @@ def shoal(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shoal]:
         wait_until(lambda: properties.exists() or dev.poll() is not None, 90, "shoal dev")
         assert dev.poll() is None, (root / "dev-output.log").read_text(errors="replace")
         subprocess.run(
-            [sys.executable, "-P", "-m", "shoal", "topic", "create", TOPIC,
+            [sys.executable, "-m", "shoal", "topic", "create", TOPIC,
              "--partitions", "3", "-F", str(properties)],
             check=True, capture_output=True, timeout=60,
         )  # fmt: skip

@@ -20,7 +20,7 @@ from shoal.tenancy.store import TenancyStore
 def shoal(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SHOAL_")}
     result = subprocess.run(
-        [sys.executable, "-P", "-m", "shoal", *args],
+        [sys.executable, "-m", "shoal", *args],
         capture_output=True,
         text=True,
         timeout=60,

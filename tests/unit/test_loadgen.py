@@ -12,7 +12,7 @@ import zlib
 
 import pytest
 
-from shoal.loadgen import (
+from shoal.cli.loadgen import (
     CDF_QUANTILES,
     STAMP_SIZE,
     LatencyRecorder,
