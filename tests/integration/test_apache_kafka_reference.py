@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, KafkaError, Message, Producer
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+from harness import wait_until
 from shoal.benchmarks.apache_kafka import (
     BROKER_IDS,
     CONTROLLER_ID,
@@ -100,6 +101,13 @@ def rf3_topic(kafka: ApacheKafka) -> str:
         topic, num_partitions=1, replication_factor=3, config={"min.insync.replicas": "2"}
     )
     client.create_topics([new])[topic].result(30)
+    # The controller answers CreateTopics before every broker has applied the
+    # new metadata; Kafka's clients wait for it, as this does.
+    wait_until(
+        lambda: 0 in client.list_topics(topic, timeout=10).topics[topic].partitions,
+        30,
+        f"{topic} in the brokers' metadata",
+    )
     return topic
 
 
