@@ -112,10 +112,10 @@ $(VENV)/.installed-bench: pyproject.toml $(PACKAGE_DIRS) | $(BIN)/python
 	$(PIP_INSTALL) -e '.[dev,bench]' $(EDITABLE)
 	touch $@
 
-# The side-by-side suite (Shoal, NATS JetStream, Redis Streams; about 13.5 min on 2 cores).
+# The side-by-side suite (Shoal, Apache Kafka, NATS JetStream, Redis Streams; about 20 min on 2 cores).
 # It installs nats-server and redis-server from Debian itself. The benchmarks are
 # the installed package shoal.benchmarks, so they run from any working directory.
-bench: $(VENV)/.installed-bench
+bench: $(VENV)/.installed-bench java kafka
 	$(BIN)/python -m shoal.benchmarks.compare --update-readme
 
 # The focused benchmarks of one part each (about 8 min).

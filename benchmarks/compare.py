@@ -1,6 +1,6 @@
-"""Shoal side by side with NATS JetStream and Redis Streams, and the machine's limits.
+"""Shoal side by side with Apache Kafka, NATS JetStream and Redis Streams, and the machine's limits.
 
-    python -m shoal.benchmarks.compare [--systems shoal nats redis] [--scale F]
+    python -m shoal.benchmarks.compare [--systems shoal kafka nats redis] [--scale F]
                                        [--out DIR] [--update-readme] [--keep]
 
 The path form, ``python benchmarks/compare.py ...``, works as well, from any
@@ -8,8 +8,9 @@ working directory.
 
 Measures the machine (``../shared/tools/limits`` and a loopback round trip),
 then, one system at a time, installs it if missing, starts it on loopback,
-runs the five workloads of :mod:`.suite.workloads` against each of its
-targets and stops it. Writes ``results.json``, ``table.md``,
+runs the workloads of :mod:`.suite.workloads` against each of its
+targets, and Kafka's own ``ProducerPerformance`` against the RF=3 ones
+(:mod:`.suite.producer_perf`), and stops it. Writes ``results.json``, ``table.md``,
 ``throughput.png`` and ``latency_cdf.png`` to ``--out`` (by default
 ``benchmarks/results/compare-<time>/``), prints the table, and with
 ``--update-readme`` puts it into ``benchmarks/README.md``. ``--scale``
@@ -35,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from shoal.benchmarks.common import HERE, measure_limits
-from shoal.benchmarks.suite import report, workloads
+from shoal.benchmarks.suite import producer_perf, report, workloads
 from shoal.benchmarks.suite.machine import loopback_round_trip
 from shoal.benchmarks.suite.profile import profiled
 from shoal.benchmarks.suite.systems import SYSTEMS, Target
@@ -47,7 +48,15 @@ TABLE_BEGIN = "<!-- compare:begin -->"
 TABLE_END = "<!-- compare:end -->"
 
 
-WORKLOADS = ("produce", "latency", "backlog", "fanout", "partitions", "http_produce")
+WORKLOADS = (
+    "produce",
+    "latency",
+    "backlog",
+    "fanout",
+    "partitions",
+    "http_produce",
+    "producer_perf",
+)
 
 
 def main() -> None:
@@ -90,7 +99,7 @@ def main() -> None:
                         "durability": target.durability,
                         "copies": target.copies,
                     }
-                    profile_dir = out if args.profile and target.kind == "kafka" else None
+                    profile_dir = out if args.profile and name == "shoal" else None
                     systems[target.name] = run_target(
                         target, sizes, args.profile, profile_dir, args.workloads
                     )
@@ -145,6 +154,7 @@ def run_target(
         ("fanout", lambda: workloads.fanout(target, sizes, progress)),
         ("partitions", lambda: workloads.partitions(target, sizes, progress)),
         ("http_produce", lambda: workloads.http_produce(target, sizes, progress)),
+        ("producer_perf", lambda: producer_perf.run(target, sizes, progress)),
     ]
 
     if only is not None:
@@ -172,7 +182,9 @@ def _run_steps(
         began = time.monotonic()
         try:
             if profile_dir is not None and name == profile:
-                with profiled(target.pids, profile_dir, f"{target.name}-{name}"):
+                # py-spy samples Python processes: etcd is Go.
+                python = {n: pid for n, pid in target.pids.items() if n != "etcd"}
+                with profiled(python, profile_dir, f"{target.name}-{name}"):
                     results[name] = {**step(), "seconds": time.monotonic() - began}
             else:
                 results[name] = {**step(), "seconds": time.monotonic() - began}

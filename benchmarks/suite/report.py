@@ -5,6 +5,11 @@ Every figure is shown with its ratio to the machine ceiling that bounds it
 bandwidth divided by the copies the system keeps on this one machine,
 reads against one loopback TCP stream, latency against a loopback round
 trip between two processes (a floor, so that ratio is a multiple).
+
+When Apache Kafka ran too, two more tables follow: each Shoal target's
+headline figures as ratios to the Kafka target with the same durability
+(:data:`KAFKA_PAIRS`), and Kafka's own ``ProducerPerformance`` against the
+RF=3 targets (:mod:`.producer_perf`).
 """
 
 from __future__ import annotations
@@ -93,6 +98,22 @@ HEADLINE = {
     "partitions": "mb_per_s",
 }
 """The figure that decides each workload's winner."""
+KAFKA_PAIRS = {"shoal-gw-rf3": "kafka-rf3", "shoal-rf3": "kafka-rf3", "shoal-rf1": "kafka-rf1"}
+"""Each Shoal target and the Apache Kafka target with the same durability."""
+VS_KAFKA = (
+    ("produce", "mb_per_s"),
+    ("produce", "mb_per_core_s"),
+    ("latency", "p99_ms"),
+    ("latency", "common_p99_ms"),
+    ("backlog", "mb_per_s"),
+    ("backlog", "mb_per_core_s"),
+    ("fanout", "mb_per_s"),
+    ("partitions", "mb_per_s"),
+    ("partitions", "mb_per_core_s"),
+)
+"""The headline figures (throughput, MB per server core-second, latency p99) of the
+"vs Kafka" table: (workload, key) of :data:`ROWS`."""
+PRODUCER_PERF_REFERENCE = "kafka-rf3"
 
 
 def value(results: Results, workload: str, key: str) -> float:
@@ -166,7 +187,86 @@ def markdown(
         " ratio is how many loopback round trips it takes. Winner: best system, and how many"
         " times better than the runner-up.",
     ]
-    return "\n".join(lines + notes + (["", "Failed:", *failed] if failed else [])) + "\n"
+    extra = vs_kafka(systems) + producer_perf(systems)
+    return "\n".join(lines + notes + extra + (["", "Failed:", *failed] if failed else [])) + "\n"
+
+
+def _ratio(numerator: float, denominator: float) -> str:
+    if math.isnan(numerator) or math.isnan(denominator) or denominator <= 0:
+        return "-"
+    return f"{numerator / denominator:.2f}"
+
+
+def vs_kafka(systems: dict[str, Results]) -> list[str]:
+    """Shoal's headline figures as ratios to Apache Kafka's of the same run, a column per
+    Shoal target present with its Kafka pair; no lines if there is none."""
+    pairs = [(s, k) for s, k in KAFKA_PAIRS.items() if s in systems and k in systems]
+    if not pairs:
+        return []
+    rows = {(row.workload, row.key): row for row in ROWS}
+    lines = [
+        "",
+        "Shoal vs Apache Kafka, same run, same durability: Shoal's figure / Kafka's.",
+        "",
+        "| workload | figure | better | " + " | ".join(f"{s} / {k}" for s, k in pairs) + " |",
+        "| --- | --- | --- | " + " | ".join("---:" for _ in pairs) + " |",
+    ]
+    for workload, key in VS_KAFKA:
+        row = rows[(workload, key)]
+        cells = [
+            _ratio(value(systems[s], workload, key), value(systems[k], workload, key))
+            for s, k in pairs
+        ]
+        better = "higher" if row.higher_is_better else "lower"
+        lines.append(f"| {row.label} | {row.unit} | {better} | " + " | ".join(cells) + " |")
+    return lines
+
+
+PERF_COLUMNS = (
+    ("records_per_s", "records/s"),
+    ("mb_per_s", "MB/s"),
+    ("avg_ms", "ms avg"),
+    ("p50_ms", "ms p50"),
+    ("p99_ms", "ms p99"),
+    ("p99_9_ms", "ms p99.9"),
+    ("max_ms", "ms max"),
+)
+
+
+def producer_perf(systems: dict[str, Results]) -> list[str]:
+    """A row per target ProducerPerformance ran against; no lines if it ran against none."""
+    ran = {
+        name: results["producer_perf"]
+        for name, results in systems.items()
+        if isinstance(results.get("producer_perf"), dict)
+        and "skipped" not in results["producer_perf"]
+    }
+    if not ran:
+        return []
+    reference = systems.get(PRODUCER_PERF_REFERENCE, {})
+    lines = [
+        "",
+        "Kafka's ProducerPerformance, same topic settings (1 partition, replication factor 3,"
+        " min.insync.replicas=2), 1 KiB records, acks=all, idempotent, linger.ms=5, the Java"
+        " producer's defaults otherwise; steady state after the warm-up records. Latency is"
+        f" from send() to the acknowledgement, queueing included. `/ {PRODUCER_PERF_REFERENCE}`:"
+        " MB/s over Kafka's.",
+        "",
+        "| target | " + " | ".join(title for _, title in PERF_COLUMNS)
+        + f" | MB/s / {PRODUCER_PERF_REFERENCE} |",
+        "| --- | " + " | ".join("---:" for _ in PERF_COLUMNS) + " | ---: |",
+    ]  # fmt: skip
+    for name, figures in ran.items():
+        if "error" in figures:
+            lines.append(f"| {name} | " + " | ".join("-" for _ in PERF_COLUMNS) + " | error |")
+            continue
+        cells = [_format(value(systems[name], "producer_perf", key)) for key, _ in PERF_COLUMNS]
+        ratio = _ratio(
+            value(systems[name], "producer_perf", "mb_per_s"),
+            value(reference, "producer_perf", "mb_per_s"),
+        )
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {ratio} |")
+    return lines
 
 
 def charts(systems: dict[str, Results], directory: Path) -> list[Path]:

@@ -3,11 +3,18 @@
 Each system is a context manager that yields :class:`Target`s: one way to
 reach it with one set of durability settings. Shoal yields three from one
 cluster (RF=3 through the gateway and directly, RF=1 directly), so the
-three share the same processes, as they would share a deployment.
+three share the same processes, as they would share a deployment. Apache
+Kafka yields two from one cluster (RF=3 and RF=1, the same durability as
+Shoal's direct targets), driven by the same client and load generator. Both
+get the same untimed :func:`warm_up` before their first target.
 
-The peers come from Debian (``nats-server``, ``redis-server``); their
-versions are whatever the machine's release ships and are recorded in the
-results. Their settings, and why they are the closest match to Kafka's, are
+Apache Kafka is the reference: the pinned release's jars from Maven Central
+(``make kafka``, run by :func:`install_kafka` when they are missing), run by
+:class:`~shoal.benchmarks.apache_kafka.ApacheKafka` (a KRaft controller and
+three brokers, Kafka's defaults: page cache, no fsync per write). The other
+peers come from Debian (``nats-server``, ``redis-server``); their versions
+are whatever the machine's release ships. Every version is recorded in the
+results. The settings, and why they are the closest match to Shoal's, are
 in :data:`DURABILITY` and ``benchmarks/README.md``.
 """
 
@@ -16,10 +23,12 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -27,6 +36,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from confluent_kafka.admin import AdminClient, NewTopic
+from shoal.benchmarks.apache_kafka import ApacheKafka, default_kafka_home
 from shoal.benchmarks.common import (
     GatewayProcess,
     LocalCluster,
@@ -35,11 +46,20 @@ from shoal.benchmarks.common import (
     free_port_block,
 )
 
+from shoal.cli import loadgen
+
 SHOAL_BROKERS = 3
 MIN_INSYNC_REPLICAS = 2
 TENANT = "bench"
 NATS_NODES = 3
 START_TIMEOUT_S = 60.0
+WARMUP_S = 30.0
+"""Untimed load each Kafka-protocol system (Shoal, Apache Kafka) gets before its first target
+is measured; see :func:`warm_up`."""
+WARMUP_RECORDS = 20_000
+CHECKOUT = Path(__file__).resolve().parents[2]
+"""The checkout this module's file is in (the editable install links back to it): where
+``make kafka`` runs."""
 
 
 @dataclass(frozen=True)
@@ -71,6 +91,10 @@ DURABILITY = {
     " page cache (no fsync per write, as Kafka); SASL/PLAIN through the gateway",
     "shoal-rf3": "as shoal-gw-rf3, straight to the brokers",
     "shoal-rf1": "1 replica, acks=1 (the leader has it in its page cache)",
+    "kafka-rf3": "Apache Kafka, 3 brokers and a KRaft controller; 3 replicas,"
+    " min.insync.replicas=2, acks=all, idempotent producer; page cache (Kafka's default:"
+    " no fsync per write)",
+    "kafka-rf1": "the same cluster; 1 replica, acks=1 (the leader has it in its page cache)",
     "nats-r3": "JetStream file storage, 3 replicas: a publish is acknowledged once a"
     " quorum (2 of 3) has it; written to the OS, fsync every 2 min (NATS default)",
     "redis-aof": "one server, no replica; AOF with appendfsync everysec: XADD answers"
@@ -111,6 +135,56 @@ def _shoal_version() -> str:
     return f"shoal {metadata.version('shoal')} {commit.strip()}".strip()
 
 
+def warm_up(bootstrap: str, seconds: float = WARMUP_S) -> None:
+    """Produce (acks=all, idempotent) and read back 1 KiB records on a throwaway topic of
+    replication factor 3 for ``seconds``, untimed, then delete the topic.
+
+    For Kafka's JVMs: a fresh broker runs its hot paths interpreted until the JIT has
+    compiled them, and a run of a few seconds would measure that (a fresh cluster on the
+    two-core machine, 1,000 records/s, acks=all: p50 139 ms for the first 5,000 records,
+    7 ms for the next 10,000). Shoal gets the same, so that both are treated alike.
+    """
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    topic = f"warm-up-{uuid.uuid4().hex[:6]}"
+    config = {"min.insync.replicas": str(MIN_INSYNC_REPLICAS)}
+    for future in admin.create_topics([NewTopic(topic, 1, 3, config=config)]).values():
+        future.result()
+    _wait_for_topic(bootstrap, topic)
+    producer = {"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True}
+    deadline = time.monotonic() + seconds
+    try:
+        while time.monotonic() < deadline:
+            loadgen.produce({**producer, "linger.ms": 5}, topic, WARMUP_RECORDS, 1024)
+            loadgen.consume({"bootstrap.servers": bootstrap}, topic, WARMUP_RECORDS)
+    finally:
+        for future in admin.delete_topics([topic]).values():
+            future.result(60)
+
+
+def _wait_for_topic(bootstrap: str, topic: str, timeout_s: float = 30.0) -> None:
+    """Until every broker's metadata has ``topic`` with a leader for each partition.
+
+    Kafka answers CreateTopics once its controller has the topic; the brokers learn it
+    from the metadata log a moment later, and a client asking one of them first is told
+    the topic does not exist (which ends a load generator's run)."""
+    deadline = time.monotonic() + timeout_s
+    for address in bootstrap.split(","):
+        while True:
+            # A client of its own per check: its first request goes to ``address``.
+            client = AdminClient({"bootstrap.servers": address})
+            described = client.list_topics(topic, timeout=5).topics.get(topic)
+            if (
+                described is not None
+                and described.error is None
+                and described.partitions
+                and all(p.leader >= 0 for p in described.partitions.values())
+            ):
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{address} had no metadata for {topic} in {timeout_s:.0f} s")
+            time.sleep(0.1)
+
+
 # -- Shoal ----------------------------------------------------------------------------------
 
 
@@ -127,7 +201,12 @@ def shoal(root: Path) -> Iterator[list[Target]]:
         key_id, secret = create_tenant(cluster.etcd_url, TENANT)
         with GatewayProcess(root, cluster.etcd_url, cluster.bootstrap, SHOAL_BROKERS) as gateway:
             version = _shoal_version()
-            pids = {f"broker-{n}": cluster.pid(n) for n in range(SHOAL_BROKERS)}
+            assert cluster.etcd is not None
+            # etcd is Shoal's coordination service, as the KRaft controller is Kafka's:
+            # its CPU is part of the cost, as the controller's is.
+            pids = {"etcd": cluster.etcd.pid}
+            pids |= {f"broker-{n}": cluster.pid(n) for n in range(SHOAL_BROKERS)}
+            warm_up(cluster.bootstrap)
             direct = {"bootstrap.servers": cluster.bootstrap}
             all_acks = {"acks": "all", "enable.idempotence": True}
             gateway_connection = {
@@ -157,6 +236,91 @@ def shoal(root: Path) -> Iterator[list[Target]]:
                     replicas=1,
                 ),
             ]  # fmt: skip
+
+
+# -- Apache Kafka ---------------------------------------------------------------------------
+
+
+def kafka_installed() -> bool:
+    libs = default_kafka_home() / "libs"
+    java_home = os.environ.get("JAVA_HOME")
+    java = shutil.which("java") or (java_home and (Path(java_home) / "bin" / "java").exists())
+    return any(libs.glob("kafka_2.13-*.jar")) and bool(java)
+
+
+def install_kafka() -> None:
+    """``make kafka`` in the checkout when Apache Kafka's jars (or Java) are missing: it
+    installs Java from Debian and fetches the jars of the version tools/kafka/pom.xml pins
+    from Maven Central, checksums checked, into the cache :class:`ApacheKafka` reads."""
+    if kafka_installed():
+        return
+    if not (CHECKOUT / "Makefile").exists() or not (CHECKOUT / "tools" / "kafka").is_dir():
+        raise RuntimeError(
+            f"Apache Kafka's jars are not in {default_kafka_home() / 'libs'} and {CHECKOUT}"
+            " is no Shoal checkout to run `make kafka` in"
+        )
+    print("installing Apache Kafka (make kafka)", file=sys.stderr)
+    home = default_kafka_home()
+    subprocess.run(["make", "kafka", f"KAFKA_HOME={home}"], cwd=CHECKOUT, check=True)
+    if not kafka_installed():
+        raise RuntimeError(f"`make kafka` ran but {home / 'libs'} has no Kafka jars")
+
+
+def _kafka_version(cluster: ApacheKafka) -> str:
+    """The version and commit a broker logged at start (the jar's name if it did not),
+    and the JVM's version."""
+    log = cluster.brokers[0].log_tail(2_000_000)
+    number = re.search(r"Kafka version: (\S+)", log)
+    commit = re.search(r"Kafka commitId: (\w+)", log)
+    if number is None:
+        jars = sorted((cluster.kafka_home / "libs").glob("kafka_2.13-*.jar"))
+        found = jars[-1].stem.removeprefix("kafka_2.13-") if jars else "?"
+    else:
+        found = number.group(1)
+    java_binary = cluster.java_command("-version")[0]  # the java the cluster runs on
+    java = subprocess.run([java_binary, "-version"], capture_output=True, text=True, check=False)
+    java_version = re.search(r'version "([^"]+)"', java.stderr)
+    return " ".join(
+        [
+            f"Apache Kafka {found}",
+            *([commit.group(1)] if commit else []),
+            "(KRaft)",
+            *([f"Java {java_version.group(1)}"] if java_version else []),
+        ]
+    )
+
+
+@contextmanager
+def kafka(root: Path) -> Iterator[list[Target]]:
+    """A KRaft controller and three brokers (:class:`ApacheKafka`, Kafka's defaults but
+    replication factor 3 and ``min.insync.replicas=2``, as Shoal's cluster)."""
+    install_kafka()
+    root.mkdir(parents=True, exist_ok=True)
+    with ApacheKafka(root) as cluster:
+        controller = cluster.controller.process
+        assert controller is not None
+        # The controller's CPU counts, as etcd's does for Shoal.
+        pids = {"controller": controller.pid}
+        for broker in cluster.brokers:
+            assert broker.process is not None
+            pids[f"broker-{broker.node_id}"] = broker.process.pid
+        version = _kafka_version(cluster)
+        warm_up(cluster.bootstrap)
+        direct = {"bootstrap.servers": cluster.bootstrap}
+        admin = {"admin": direct}
+        all_acks = {"acks": "all", "enable.idempotence": True}
+        yield [
+            Target(
+                "kafka-rf3", "kafka", {**admin, "client": direct, "producer": all_acks},
+                copies=3, durability=DURABILITY["kafka-rf3"], version=version, pids=pids,
+                replicas=3,
+            ),
+            Target(
+                "kafka-rf1", "kafka", {**admin, "client": direct, "producer": {"acks": 1}},
+                copies=1, durability=DURABILITY["kafka-rf1"], version=version, pids=pids,
+                replicas=1,
+            ),
+        ]  # fmt: skip
 
 
 # -- NATS JetStream -------------------------------------------------------------------------
@@ -305,5 +469,5 @@ def _stop(processes: list[subprocess.Popen[bytes]]) -> None:
             process.wait(10)
 
 
-SYSTEMS = {"shoal": shoal, "nats": nats, "redis": redis}
+SYSTEMS = {"shoal": shoal, "kafka": kafka, "nats": nats, "redis": redis}
 """Each system's starter, in the order the suite runs them."""
