@@ -119,25 +119,17 @@ async def metadata(ctx: RequestContext, request: Any) -> Step:
 
 
 async def describe_cluster(ctx: RequestContext, request: Any) -> Step:
-    if not ctx.access.may_cluster(Operation.DESCRIBE):
-        return Answer(
-            ctx.api.response(
-                throttle_time=NO_THROTTLE,
-                error_code=E.cluster_authorization_failed,
-                error_message="the key may not describe the cluster",
-                endpoint_type=getattr(request, "endpoint_type", 1),
-                cluster_id="",
-                controller_id=-1,
-                brokers=(),
-                cluster_authorized_operations=NOT_REQUESTED,
-            )
-        )
-
+    # Kafka answers DescribeCluster to every authenticated principal and checks
+    # DESCRIBE on the cluster only for the authorized operations it was asked
+    # for (0 when refused): its Admin client sends DescribeCluster before every
+    # describeTopics, so a refusal here breaks Kafka Streams and the CLI tools.
     def finish(response: Any) -> Any:
         changes: dict[str, Any] = {"brokers": _brokers(ctx, response.brokers, "broker_id")}
         if request.include_cluster_authorized_operations:
-            changes["cluster_authorized_operations"] = ctx.access.authorized_operations(
-                ResourceType.CLUSTER, ""
+            changes["cluster_authorized_operations"] = (
+                ctx.access.authorized_operations(ResourceType.CLUSTER, "")
+                if ctx.access.may_cluster(Operation.DESCRIBE)
+                else 0
             )
         return replace(response, **changes)
 

@@ -1738,3 +1738,64 @@ async def test_every_rewriter_result_is_deliverable(api_key: int, version: int, 
         broker_receives(ctx.api, step)
         assert step.expects_response
         finished(ctx.api, step, minimal_entity(ctx.api.response_class, "acme.x"))
+
+
+# DescribeCluster
+
+
+def describe_cluster_request(api: ApiSchema, include_ops: bool) -> Any:
+    return api.request(include_cluster_authorized_operations=include_ops, endpoint_type=1)
+
+
+def describe_cluster_response(api: ApiSchema) -> Any:
+    return api.response(
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode.none,
+        error_message=None,
+        endpoint_type=1,
+        cluster_id="shoal",
+        controller_id=0,
+        brokers=tuple(
+            api.make("DescribeClusterBroker", broker_id=n, host=f"broker-{n}.internal", port=9092)
+            for n in (0, 1)
+        ),
+        cluster_authorized_operations=NOT_REQUESTED,
+    )
+
+
+@pytest.mark.parametrize("bindings", [None, []], ids=["default-bindings", "no-bindings"])
+async def test_describe_cluster_answers_every_key_as_kafka_does(
+    bindings: list[AclBinding] | None,
+) -> None:
+    # Kafka's Admin client sends DescribeCluster before describeTopics: a key
+    # without Describe on the cluster (a Streams app's) still gets an answer.
+    ctx = context(60, 1, bindings=bindings)
+
+    step = await cluster.describe_cluster(ctx, describe_cluster_request(ctx.api, False))
+
+    response = finished(ctx.api, step, describe_cluster_response(ctx.api))
+    assert response.error_code == ErrorCode.none
+    assert response.cluster_authorized_operations == NOT_REQUESTED
+    assert [b.broker_id for b in response.brokers] == [0, 1]
+    assert all(b.host != f"broker-{b.broker_id}.internal" for b in response.brokers)
+
+
+async def test_describe_cluster_authorized_operations_are_none_without_describe() -> None:
+    ctx = context(60, 1, bindings=[])
+
+    step = await cluster.describe_cluster(ctx, describe_cluster_request(ctx.api, True))
+
+    response = finished(ctx.api, step, describe_cluster_response(ctx.api))
+    assert ctx.access.may_cluster(Operation.DESCRIBE) is False
+    assert response.cluster_authorized_operations == 0
+
+
+async def test_describe_cluster_authorized_operations_are_the_keys_own() -> None:
+    ctx = context(60, 1)
+
+    step = await cluster.describe_cluster(ctx, describe_cluster_request(ctx.api, True))
+
+    response = finished(ctx.api, step, describe_cluster_response(ctx.api))
+    expected = ctx.access.authorized_operations(ResourceType.CLUSTER, "")
+    assert expected & (1 << Operation.DESCRIBE)
+    assert response.cluster_authorized_operations == expected
