@@ -30,23 +30,33 @@ def _ephemeral_range() -> tuple[int, int]:
         return 32768, 60999
 
 
+_handed_out: set[int] = set()
+"""Ports this process has handed out: free until their owner starts, so a
+later block must not take them again (a test asks for several blocks before
+it starts anything, and two of them once overlapped)."""
+
+
 def free_port_block(size: int) -> int:
     """A port with the ``size - 1`` ports after it free too (bootstrap + per-broker ports).
 
     Blocks come from below the kernel's ephemeral range: a port in that range
     that is free now can be handed to any outgoing connection a moment later,
-    and a process told to listen on it then fails to start.
+    and a process told to listen on it then fails to start. A block never
+    overlaps one handed out before by this process.
     """
     low, _ = _ephemeral_range()
     floor = 10_000 if low > 12_000 else 1024
     for _ in range(500):
         base = random.randrange(floor, low - size)
+        if _handed_out.intersection(range(base, base + size)):
+            continue
         sockets = []
         try:
             for port in range(base, base + size):
                 s = socket.socket()
                 sockets.append(s)
                 s.bind(("127.0.0.1", port))
+            _handed_out.update(range(base, base + size))
             return base
         except OSError:
             continue

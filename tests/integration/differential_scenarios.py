@@ -335,6 +335,27 @@ def create_topic(
     return name
 
 
+def commit_when_known(consumer: Consumer, offsets: list[TopicPartition]) -> None:
+    """Commit, waiting out UNKNOWN_TOPIC_OR_PART for a topic just created.
+
+    A new topic reaches the group coordinator's metadata a moment after the
+    broker that answered CreateTopics, in Kafka as in Shoal; an application
+    that commits at once retries, as this does. An error that lasts is raised.
+    """
+
+    def committed() -> bool:
+        try:
+            consumer.commit(offsets=offsets, asynchronous=False)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                raise
+            return False
+        return True
+
+    if not wait_for(committed):
+        consumer.commit(offsets=offsets, asynchronous=False)
+
+
 Rec = dict[str, Any]
 """A record to produce: value, and optionally key, partition, headers, timestamp."""
 
@@ -1508,7 +1529,7 @@ def commit_with_metadata(env: Endpoint) -> Observation:
             TopicPartition(topic, 0, 5, metadata="checkpoint-\u00e9", leader_epoch=0),
             TopicPartition(topic, 1, 0, metadata=""),
         ]
-        consumer.commit(offsets=offsets, asynchronous=False)
+        commit_when_known(consumer, offsets)
         try:
             too_large = [TopicPartition(topic, 2, 1, metadata="m" * 5000)]
             refused = consumer.commit(offsets=too_large, asynchronous=False)
@@ -1558,7 +1579,7 @@ def simple_consumer_group(env: Endpoint) -> Observation:
     consumer = env.consumer(group)
     try:
         consumer.assign([TopicPartition(topic, 0)])
-        consumer.commit(offsets=[TopicPartition(topic, 0, 3)], asynchronous=False)
+        commit_when_known(consumer, [TopicPartition(topic, 0, 3)])
     finally:
         consumer.close()
     listed = _listed_groups(env, [group])
@@ -1765,7 +1786,7 @@ def internal_topics_in_metadata(env: Endpoint) -> Observation:
     consumer = env.consumer(env.group_name("internal"))
     try:
         consumer.assign([TopicPartition(topic, 0)])
-        consumer.commit(offsets=[TopicPartition(topic, 0, 0)], asynchronous=False)
+        commit_when_known(consumer, [TopicPartition(topic, 0, 0)])
     finally:
         consumer.close()
     name = "__consumer_offsets"
@@ -1846,7 +1867,7 @@ def group_offsets_of_every_partition(env: Endpoint) -> Observation:
             TopicPartition(second, 0, 7),
         ]
         consumer.assign(offsets)
-        consumer.commit(offsets=offsets, asynchronous=False)
+        commit_when_known(consumer, offsets)
     finally:
         consumer.close()
     request = ConsumerGroupTopicPartitions(group)
