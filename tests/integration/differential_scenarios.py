@@ -1969,6 +1969,9 @@ def delete_and_recreate_a_topic(env: Endpoint) -> Observation:
         admin.create_topics([NewTopic(topic, 2)])[topic], lambda _: "created"
     )
     wait_for(lambda: topic_visible(admin, topic, 2))
+    # Every leader must know the new topic before ListOffsets reaches it: in
+    # CI, Kafka's admin saw it while a leader still answered UNKNOWN_PARTITION.
+    wait_for(lambda: all(isinstance(w, list) for w in watermarks(env, topic, range(2)).values()))
     return {
         "deleted": deleted,
         "created": created,
