@@ -24,14 +24,22 @@ reader, read the whole topic, through the gateway with the tenant's key:
   Timed from the action's start to its end: the session's start and
   ``load()`` are not in it, the driver's planning (listing offsets) is;
 * **spark minPartitions**: the same with ``minPartitions`` N (2 P), so twice
-  as many tasks, each with its own consumer, read half a partition each.
+  as many tasks, each with its own consumer, read half a partition each;
+* **spark kafka source**: the same action on Spark's own Kafka source,
+  ``spark.read.format("kafka")`` (spark-sql-kafka-0-10, Java's Kafka client
+  in the executors), with the same key given as ``kafka.sasl.jaas.config``,
+  ``startingOffsets`` earliest and ``endingOffsets`` latest: the reader a
+  Spark user would otherwise run. ``make spark-kafka`` fetches its jars
+  (pinned in tools/spark-kafka/pom.xml at PySpark's version) into
+  ``~/.cache/shoal``; the session gets them with ``spark.jars``.
 
 Before the rounds, one small Spark read (the first 1000 offsets of each
 partition) starts Spark's Python workers and warms the JVM; it is not
 counted. Every read checks it got every record and byte.
 
 Medians over the rounds are printed as MB/s (key and value bytes, 10^6) and
-records/s, with Spark's ratio to confluent-kafka, beside ``loopback_MBps``
+records/s, with each reader's ratio to confluent-kafka and to Spark's own
+Kafka source, beside ``loopback_MBps``
 from ``../shared/tools/limits`` run in the same invocation, and with the CPU
 share of one core each part used during the read: the gateway, the brokers
 (summed), this process (the confluent-kafka reader, or Spark's idle driver
@@ -54,6 +62,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import statistics
@@ -102,7 +111,10 @@ end of the partitions: a longer timeout only adds time after the last record."""
 CK = "confluent-kafka"
 SPARK = "spark"
 SPARK_SPLIT = "spark minPartitions"
-READERS = (CK, SPARK, SPARK_SPLIT)
+SPARK_KAFKA = "spark kafka source"
+READERS = (CK, SPARK, SPARK_SPLIT, SPARK_KAFKA)
+REPO = HERE.parent
+SPARK_KAFKA_POM = REPO / "tools" / "spark-kafka" / "pom.xml"
 
 
 @dataclass
@@ -269,15 +281,38 @@ def read_with_confluent_kafka(
         consumer.close()
 
 
+def spark_kafka_jars() -> list[Path]:
+    """spark-sql-kafka-0-10 and what it needs beyond pyspark/jars, from `make spark-kafka`.
+
+    The jars must come from the installed PySpark's release: Spark's
+    connectors use its internal APIs.
+    """
+    import pyspark
+
+    match = re.search(
+        r"<spark\.version>\s*([^<\s]+)\s*</spark\.version>", SPARK_KAFKA_POM.read_text()
+    )
+    if match is None or match.group(1) != pyspark.__version__:
+        raise RuntimeError(
+            f"{SPARK_KAFKA_POM} pins spark-sql-kafka-0-10 {match and match.group(1)},"
+            f" PySpark is {pyspark.__version__}: they must be the same release"
+        )
+    home = Path.home() / ".cache" / "shoal" / f"spark-kafka-{match.group(1)}"
+    subprocess.run(["make", "-s", "spark-kafka", f"SPARK_KAFKA_HOME={home}"], cwd=REPO, check=True)
+    return sorted((home / "jars").glob("*.jar"))
+
+
 def start_spark(root: Path) -> Any:
     # Spark's Python workers must run this interpreter, which has shoal installed.
     os.environ["PYSPARK_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
     from shoal.connector import ShoalDataSource
 
+    jars = ",".join(str(jar) for jar in spark_kafka_jars())
     session = (
         SparkSession.builder.master(SPARK_MASTER)
         .appName("shoal-bench-spark-read")
+        .config("spark.jars", jars)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
@@ -331,6 +366,42 @@ def read_with_spark(
         offsets = {topic: {str(p): o for p, o in ending.items()}}
         reader = reader.option("endingOffsets", json.dumps(offsets))
     df = reader.load()
+    started = time.perf_counter()
+    row = df.selectExpr(
+        "count(*) AS records",
+        "coalesce(sum(length(value)), 0) + coalesce(sum(length(key)), 0) AS bytes",
+    ).collect()[0]
+    return time.perf_counter() - started, int(row["records"]), int(row["bytes"])
+
+
+def kafka_source_options(client: dict[str, str]) -> dict[str, str]:
+    """The tenant's key as Spark's Kafka source takes client settings (a ``kafka.`` prefix)."""
+    return {
+        "kafka.bootstrap.servers": client["bootstrap.servers"],
+        "kafka.security.protocol": client["security.protocol"],
+        "kafka.sasl.mechanism": client["sasl.mechanism"],
+        "kafka.sasl.jaas.config": (
+            "org.apache.kafka.common.security.plain.PlainLoginModule required "
+            f'username="{client["sasl.username"]}" password="{client["sasl.password"]}";'
+        ),
+    }
+
+
+def read_with_spark_kafka(
+    session: Any, client: dict[str, str], topic: str, ending: dict[int, int] | None = None
+) -> tuple[float, int, int]:
+    """(seconds of the action, records, key and value bytes) of Spark's own Kafka source."""
+    last = (
+        "latest" if ending is None else json.dumps({topic: {str(p): o for p, o in ending.items()}})
+    )
+    df = (
+        session.read.format("kafka")
+        .options(**kafka_source_options(client))
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .option("endingOffsets", last)
+        .load()
+    )
     started = time.perf_counter()
     row = df.selectExpr(
         "count(*) AS records",
@@ -493,6 +564,7 @@ def report(runs: list[Run], limits: dict[str, float], settings: dict[str, Any]) 
     loopback = limits.get("loopback_MBps")
     cpus = limits.get("cpus")
     base = median[CK]["mb_per_s"]
+    source = median[SPARK_KAFKA]["mb_per_s"] if SPARK_KAFKA in median else None
     print(
         f"\nmedian of {settings['runs']} rounds; {settings['size_mib']} MiB topic of"
         f" {RECORD_SIZE} B records, {settings['partitions']} partitions, {BROKERS} brokers,"
@@ -500,6 +572,7 @@ def report(runs: list[Run], limits: dict[str, float], settings: dict[str, Any]) 
         f" ({CK}: one consumer in one process; spark: {SPARK_MASTER})\n"
     )
     header = f"{'reader':<22}{'tasks':>6}{'s':>8}{'MB/s':>9}{'records/s':>12}{'/ck':>7}"
+    header += f"{'/kafka src':>11}" if source else ""
     print(header + (f"{'/loopback':>11}" if loopback else ""))
     for reader in readers:
         m = median[reader]
@@ -507,6 +580,7 @@ def report(runs: list[Run], limits: dict[str, float], settings: dict[str, Any]) 
             f"{reader:<22}{m['tasks']:>6}{m['seconds']:>8.2f}{m['mb_per_s']:>9.1f}"
             f"{m['records_per_s']:>12,.0f}{m['mb_per_s'] / base:>7.2f}"
         )
+        line += f"{m['mb_per_s'] / source:>11.2f}" if source else ""
         print(line + (f"{m['mb_per_s'] / loopback:>11.3f}" if loopback else ""))
     parts = list(median[readers[-1]]["cpu"])
     print(f"\nCPU, share of one core during the read{f' (cpus={cpus:g})' if cpus else ''}")
@@ -548,6 +622,8 @@ def rounds(
             args.min_partitions,
             lambda: read_with_spark(session, options, topic, args.min_partitions),
         )
+    # Spark's Kafka source plans one task per partition, as the shoal source does.
+    reads[SPARK_KAFKA] = (args.partitions, lambda: read_with_spark_kafka(session, client, topic))
     order = list(reads)
     runs: list[Run] = []
     for round_ in range(args.runs):
@@ -612,6 +688,9 @@ def read_through(
         warm_up = {p: min(end, WARM_UP_OFFSETS) for p, end in ends.items()}
         seconds, _, _ = read_with_spark(session, options, topic, ending=warm_up)
         print(f"warm-up read ({sum(warm_up.values())} records): {seconds:.2f} s", flush=True)
+        # Spark's Kafka source loads its classes and Java's Kafka client on first use.
+        seconds, _, _ = read_with_spark_kafka(session, client, topic, ending=warm_up)
+        print(f"warm-up read of Spark's Kafka source: {seconds:.2f} s", flush=True)
         runs = rounds(args, session, client, options, topic, expected, ends, cpu)
         profile: dict[str, Any] = {}
         profile_path = HERE / "results" / f"spark_read-{stamp}-pyspy.txt"
