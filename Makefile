@@ -147,6 +147,7 @@ bench-detail: $(VENV)/.installed-bench java spark-kafka
 	$(BIN)/python -m shoal.benchmarks.replicated
 	$(BIN)/python -m shoal.benchmarks.gateway
 	$(BIN)/python -m shoal.benchmarks.spark_read
+	$(BIN)/python -m shoal.benchmarks.recompress
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -42,6 +42,9 @@ async def ensure_offsets_topic(services: BrokerServices) -> str | None:
             {
                 "cleanup.policy": "compact",
                 "segment.bytes": str(config.offsets_topic_segment_bytes),
+                # As Kafka's: a broker-wide compression.type must not make the
+                # leader rebuild the coordinator's own batches.
+                "compression.type": "producer",
             },
             validate_only=False,
             internal=True,

@@ -11,6 +11,13 @@ and fails with NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR shrank below
 or REQUEST_TIMED_OUT after the request's timeout. Errors are per partition. With
 acks=0 the client reads no response, so an error closes the connection
 instead, which is how Kafka tells such a client that something went wrong.
+
+A topic whose compression.type names another codec than the batch's gets the
+batch rebuilt in that codec (the log's rule, as Kafka's LogValidator). The
+rebuild runs in a worker thread before the append: a codec takes
+milliseconds per batch, which on the event loop would stall every
+connection of the broker. The connection handles its requests one at a
+time, so the wait reorders nothing of one producer's.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from shoal.broker.log.log import (
     InvalidRecordError,
     InvalidTimestampError,
     InvalidTxnStateError,
+    Log,
     LogError,
     RecordTooLargeError,
 )
@@ -35,7 +43,7 @@ from shoal.broker.partition import Partition, PartitionError
 from shoal.broker.server.connection import CloseConnectionError
 from shoal.broker.topic_admin import INTERNAL_TOPICS
 
-from shoal.records import Compression, InvalidBatchError, parse_header
+from shoal.records import BatchHeader, Compression, InvalidBatchError, parse_header, validate_batch
 from shoal.wire import ErrorCode
 
 log = logging.getLogger(__name__)
@@ -91,10 +99,47 @@ class _Outcome:
     next_offset: int = -1
 
 
-def _produce_one(
+def _rebuild_job(
     services: BrokerServices, ctx: RequestContext, acks: int, topic: str, data: Any
+) -> tuple[Log, BatchHeader] | None:
+    """The log and batch header when the batch needs its topic's codec; None otherwise.
+
+    None too for anything :func:`_produce_one` refuses, which reports it.
+    """
+    if acks not in (0, 1, -1) or topic in INTERNAL_TOPICS:
+        return None
+    try:
+        log_ = services.partition(topic, data.index).log
+        codec = log_.config.compression
+        if codec is None:
+            return None  # compression.type=producer, the default: nothing to look at
+        _check_single_batch(ctx.version, data.records)
+        header = validate_batch(data.records)
+    except (_RefusedError, PartitionError, InvalidBatchError):
+        return None
+    return None if header.compression is codec else (log_, header)
+
+
+async def _rebuilt(log_: Log, records: bytes, header: BatchHeader) -> bytes | LogError:
+    """``records`` in the topic's codec, or why it cannot be (the append reports it)."""
+    try:
+        rebuilt = await asyncio.to_thread(log_.in_topic_codec, records, header)
+    except LogError as exc:
+        return exc
+    # None: compression.type changed meanwhile; the append rebuilds as it now says.
+    return records if rebuilt is None else rebuilt
+
+
+def _produce_one(
+    services: BrokerServices,
+    ctx: RequestContext,
+    acks: int,
+    topic: str,
+    data: Any,
+    rebuilt: bytes | LogError | None = None,
 ) -> _Outcome:
-    """Append one partition's batch; the outcome, error or not, for the response."""
+    """Append one partition's batch (``rebuilt``, in the topic's codec, when there is
+    one); the outcome, error or not, for the response."""
     try:
         if acks not in (0, 1, -1):
             raise _RefusedError(E.invalid_required_acks, f"acks={acks}; use 0, 1 or -1")
@@ -102,7 +147,9 @@ def _produce_one(
             raise _RefusedError(E.invalid_topic_exception, f"clients may not write to {topic}")
         partition = services.partition(topic, data.index)
         _check_single_batch(ctx.version, data.records)
-        info = partition.append_as_leader(data.records, acks)
+        if isinstance(rebuilt, LogError):
+            raise rebuilt
+        info = partition.append_as_leader(data.records if rebuilt is None else rebuilt, acks)
     except _RefusedError as exc:
         return _Outcome(exc.code, str(exc))
     except LogError as exc:
@@ -133,9 +180,25 @@ def _produce_one(
 async def handle_produce(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     api = ctx.api
     acks = request.acks
+    jobs = {
+        id(data): job
+        for topic in request.topic_data
+        for data in topic.partition_data
+        if (job := _rebuild_job(services, ctx, acks, topic.name, data)) is not None
+    }
+    rebuilt: dict[int, bytes | LogError] = {}
+    if jobs:
+        records = {id(d): d.records for t in request.topic_data for d in t.partition_data}
+        done = await asyncio.gather(
+            *(_rebuilt(log_, records[key], header) for key, (log_, header) in jobs.items())
+        )
+        rebuilt = dict(zip(jobs, done, strict=True))
     outcomes = [
         [
-            (data.index, _produce_one(services, ctx, acks, topic.name, data))
+            (
+                data.index,
+                _produce_one(services, ctx, acks, topic.name, data, rebuilt.get(id(data))),
+            )
             for data in topic.partition_data
         ]
         for topic in request.topic_data

@@ -6,8 +6,7 @@ IncrementalAlterConfigs alike. :class:`LogConfig` is the typed view the log
 works with, built from a topic's overrides on top of the defaults.
 
 A few keys are accepted for compatibility but have no effect yet; their
-description says so and DescribeConfigs reports it (``cleanup.policy=compact``
-waits for the log cleaner).
+description says so and DescribeConfigs reports it.
 """
 
 from __future__ import annotations
@@ -17,8 +16,21 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from shoal.records import Compression
+
 LONG_MAX: Final = 2**63 - 1
 INT_MAX: Final = 2**31 - 1
+
+
+COMPRESSION_TYPES: Final = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
+"""compression.type's values, in Kafka's order (BrokerCompressionType)."""
+_CODECS: Final = {
+    "uncompressed": Compression.NONE,
+    "gzip": Compression.GZIP,
+    "snappy": Compression.SNAPPY,
+    "lz4": Compression.LZ4,
+    "zstd": Compression.ZSTD,
+}
 
 
 class ConfigType(enum.IntEnum):
@@ -62,21 +74,40 @@ def _one_of(*choices: str) -> Callable[[Any], str | None]:
     return check
 
 
+def _between(low: int, high: int) -> Callable[[Any], str | None]:
+    return lambda v: None if low <= v <= high else f"must be between {low} and {high}"
+
+
+def _gzip_level(value: int) -> str | None:
+    return None if value == -1 or 1 <= value <= 9 else "must be between 1 and 9, or -1"
+
+
 def _ratio(value: float) -> str | None:
     return None if 0.0 <= value <= 1.0 else "must be between 0 and 1"
 
 
 _KEYS = [
     ConfigKey("cleanup.policy", ConfigType.LIST, "delete",
-              "delete: drop old segments by retention. compact is accepted and stored, "
-              "but the log cleaner is not active yet.",
+              "delete: drop old segments by retention. compact: the log cleaner keeps the "
+              "latest record of each key. Both may be given (compact,delete).",
               "log.cleanup.policy", _one_of("delete", "compact")),
+    ConfigKey("compression.gzip.level", ConfigType.INT, "-1",
+              "The gzip level (1-9, or -1 for zlib's default, 6) for batches the leader "
+              "recompresses to gzip.", "compression.gzip.level", _gzip_level),
+    ConfigKey("compression.lz4.level", ConfigType.INT, "9",
+              "The lz4 level (1-17) for batches the leader recompresses to lz4.",
+              "compression.lz4.level", _between(1, 17)),
     ConfigKey("compression.type", ConfigType.STRING, "producer",
-              "Shoal keeps each batch as the producer compressed it; only 'producer' is "
-              "supported.", "compression.type", _one_of("producer")),
+              "The topic's final codec: uncompressed, gzip, snappy, lz4 or zstd; the leader "
+              "recompresses a batch that arrives with another codec. producer keeps each "
+              "batch as the producer compressed it.", "compression.type",
+              _one_of(*COMPRESSION_TYPES)),
+    ConfigKey("compression.zstd.level", ConfigType.INT, "3",
+              "The zstd level (-131072-22) for batches the leader recompresses to zstd.",
+              "compression.zstd.level", _between(-131072, 22)),
     ConfigKey("delete.retention.ms", ConfigType.LONG, "86400000",
-              "How long tombstones stay on compacted topics (stored; the cleaner is not "
-              "active yet).", "log.cleaner.delete.retention.ms", _at_least(0)),
+              "How long a tombstone stays on a compacted topic after the cleaner first "
+              "cleaned it.", "log.cleaner.delete.retention.ms", _at_least(0)),
     ConfigKey("file.delete.delay.ms", ConfigType.LONG, "60000",
               "How long a deleted segment's files stay before they are removed.",
               "log.segment.delete.delay.ms", _at_least(0)),
@@ -90,7 +121,8 @@ _KEYS = [
               "Bytes of log between two offset index entries.",
               "log.index.interval.bytes", _at_least(0)),
     ConfigKey("max.compaction.lag.ms", ConfigType.LONG, str(LONG_MAX),
-              "Longest a message stays uncompacted (stored; the cleaner is not active yet).",
+              "Longest a message stays uncompacted: a log whose oldest dirty record is "
+              "older is cleaned whatever its dirty ratio.",
               "log.cleaner.max.compaction.lag.ms", _at_least(1)),
     ConfigKey("max.message.bytes", ConfigType.INT, "1048588",
               "Largest record batch the topic accepts; larger ones get MESSAGE_TOO_LARGE.",
@@ -106,11 +138,11 @@ _KEYS = [
               "broker's clock on each batch.", "log.message.timestamp.type",
               _one_of("CreateTime", "LogAppendTime")),
     ConfigKey("min.cleanable.dirty.ratio", ConfigType.DOUBLE, "0.5",
-              "Dirty share of a compacted log that triggers cleaning (stored; the cleaner "
-              "is not active yet).", "log.cleaner.min.cleanable.ratio", _ratio),
+              "Dirty share of a compacted log that triggers cleaning.",
+              "log.cleaner.min.cleanable.ratio", _ratio),
     ConfigKey("min.compaction.lag.ms", ConfigType.LONG, "0",
-              "Shortest time a message stays uncompacted (stored; the cleaner is not "
-              "active yet).", "log.cleaner.min.compaction.lag.ms", _at_least(0)),
+              "Shortest time a message stays uncompacted.",
+              "log.cleaner.min.compaction.lag.ms", _at_least(0)),
     ConfigKey("min.insync.replicas", ConfigType.INT, "1",
               "In-sync replicas an acks=all write needs.", "min.insync.replicas",
               _at_least(1)),
@@ -222,6 +254,14 @@ class LogConfig:
     file_delete_delay_ms: int = 60000
     min_insync_replicas: int = 1
     unclean_leader_election_enable: bool = False
+    delete_retention_ms: int = 86400000
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = LONG_MAX
+    min_cleanable_dirty_ratio: float = 0.5
+    compression_type: str = "producer"
+    compression_gzip_level: int = -1
+    compression_lz4_level: int = 9
+    compression_zstd_level: int = 3
 
     @classmethod
     def from_overrides(
@@ -251,5 +291,37 @@ class LogConfig:
         return "delete" in self.cleanup_policy
 
     @property
+    def max_segment_ms(self) -> int:
+        """Age at which the active segment rolls: segment.ms, or sooner on a compacted
+        topic whose max.compaction.lag.ms is shorter (KIP-354), since the cleaner only
+        reaches rolled segments."""
+        if self.compacts and self.max_compaction_lag_ms > 0:
+            return min(self.segment_ms, self.max_compaction_lag_ms)
+        return self.segment_ms
+
+    @property
+    def compacts(self) -> bool:
+        """cleanup.policy names compact: the log cleaner works on this log."""
+        return "compact" in self.cleanup_policy
+
+    @property
     def log_append_time(self) -> bool:
         return self.message_timestamp_type == "LogAppendTime"
+
+    @property
+    def compression(self) -> Compression | None:
+        """The codec every stored batch must have; None keeps the producer's."""
+        return _CODECS.get(self.compression_type)
+
+    @property
+    def compression_level(self) -> int | None:
+        """The level to recompress at (KIP-390), None for the codec's default."""
+        match self.compression:
+            case Compression.GZIP:
+                return None if self.compression_gzip_level == -1 else self.compression_gzip_level
+            case Compression.LZ4:
+                return self.compression_lz4_level
+            case Compression.ZSTD:
+                return self.compression_zstd_level
+            case _:
+                return None

@@ -3,7 +3,10 @@
 The log is a library: no sockets, no event loop, an injected clock. It
 validates what it is given per batch (framing, CRC-32C, size, timestamps),
 assigns offsets by patching each batch's header, and appends the client's
-bytes otherwise untouched. Reads return file regions for the socket to send.
+bytes otherwise untouched. The exception is a topic whose compression.type
+names a codec: a batch with another codec is rebuilt with it
+(:mod:`shoal.records.recompress`), as Kafka's leader does. Reads return file
+regions for the socket to send.
 
 Offsets, Kafka's vocabulary::
 
@@ -39,11 +42,16 @@ from typing_extensions import Buffer
 from shoal.records import (
     HEADER_SIZE,
     BatchHeader,
+    Compression,
+    CompressionError,
+    DecompressedTooLargeError,
     InvalidBatchError,
+    RecompressTarget,
     TimestampType,
     iter_batches,
     iter_records,
     parse_header,
+    recompress_batch,
 )
 from shoal.records.batch import CRC_START, NO_TIMESTAMP
 
@@ -54,6 +62,9 @@ _INT32 = struct.Struct(">i")
 _INT16 = struct.Struct(">h")
 _UINT32 = struct.Struct(">I")
 _LOG_APPEND_TIME_BIT = 0x08
+RECOMPRESS_MAX_BYTES = 256 * 1024 * 1024
+"""The most a batch may decompress to when the leader recompresses it: Kafka
+has no such bound, but a few compressed bytes can stand for gigabytes."""
 
 
 class LogError(Exception):
@@ -200,7 +211,8 @@ class Log:
         """Validate the batches in ``records``, give them offsets, and append them.
 
         Raises CorruptRecordError (bad framing or CRC), InvalidRecordError
-        (not a batch a client may send), RecordTooLargeError or
+        (not a batch a client may send, or records that do not decode when
+        compression.type asks for recompression), RecordTooLargeError or
         InvalidTimestampError; nothing is appended when any batch fails.
         """
         now = self.clock()
@@ -230,6 +242,13 @@ class Log:
         offset = self.log_end_offset
         log_append_time = now if self.config.log_append_time else NO_TIMESTAMP
         for position, header in batches:
+            batch = view[position : position + header.size]
+            rebuilt = self.in_topic_codec(batch, header, offset, leader_epoch, log_append_time)
+            if rebuilt is not None:
+                buffers.append(rebuilt)
+                headers.append(parse_header(rebuilt))
+                offset += header.last_offset_delta + 1
+                continue
             patched = bytearray(view[position : position + HEADER_SIZE])
             _INT64.pack_into(patched, 0, offset)
             _INT32.pack_into(patched, 12, leader_epoch)
@@ -243,7 +262,7 @@ class Log:
             headers.append(parse_header(patched))
             offset += header.last_offset_delta + 1
         first_offset = self.log_end_offset
-        total = len(view)
+        total = sum(h.size for h in headers)
         max_timestamp = max(h.max_timestamp for h in headers)
         if self.active.should_roll(total, max_timestamp, now):
             self.roll()
@@ -255,11 +274,51 @@ class Log:
         self.unflushed_messages += count
         return AppendInfo(first_offset, offset - 1, log_append_time, count, max_timestamp)
 
+    def in_topic_codec(
+        self,
+        batch: Buffer,
+        header: BatchHeader,
+        base_offset: int = 0,
+        leader_epoch: int = -1,
+        log_append_time: int = NO_TIMESTAMP,
+    ) -> bytes | None:
+        """``batch`` rebuilt in the topic's compression.type; None when it needs no rebuild.
+
+        Raises RecordTooLargeError or InvalidRecordError as Kafka would when
+        it cannot be rebuilt. Reads only the config, so a worker thread may
+        call it: the produce handler does, to keep the codecs off the event
+        loop, and the append finds the batch in the topic's codec.
+        """
+        config = self.config
+        codec = config.compression
+        if codec is None or header.compression is codec:
+            return None
+        target = RecompressTarget(
+            codec, config.compression_level, base_offset, leader_epoch, log_append_time
+        )
+        # Rebuilt uncompressed, anything past max.message.bytes is refused anyway.
+        bound = config.max_message_bytes if codec is Compression.NONE else RECOMPRESS_MAX_BYTES
+        try:
+            rebuilt = recompress_batch(batch, header, target, bound)
+        except DecompressedTooLargeError as exc:
+            raise RecordTooLargeError(
+                f"batch decompresses to over {bound} bytes, more than the leader recompresses"
+            ) from exc
+        except (CompressionError, InvalidBatchError) as exc:
+            raise InvalidRecordError(f"batch cannot be recompressed: {exc}") from exc
+        if len(rebuilt) > config.max_message_bytes:
+            raise RecordTooLargeError(
+                f"batch of {len(rebuilt)} bytes recompressed as {config.compression_type}"
+                f" exceeds max.message.bytes ({config.max_message_bytes})"
+            )
+        return rebuilt
+
     def append_as_follower(self, records: Buffer) -> int:
         """Append batches copied from the leader, offsets and epochs as the leader gave them.
 
-        Only integrity is checked (framing, CRC-32C, offsets continuing the
-        log): the leader validated the contents. The leader epoch cache and
+        Only integrity is checked (framing, CRC-32C, offsets increasing past
+        the log end; a cleaned leader's batches have gaps between them): the
+        leader validated the contents. The leader epoch cache and
         producer state follow the batches, so this replica can take over as
         leader and still recognise a producer's retries. Returns the new log
         end offset; raises CorruptRecordError and appends nothing if any

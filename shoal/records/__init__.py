@@ -17,6 +17,7 @@ from shoal.records.batch import (
     validate_batch,
 )
 from shoal.records.compression import CompressionError, DecompressedTooLargeError
+from shoal.records.recompress import RecompressTarget, recompress_batch
 from shoal.records.records import BatchOptions, NewRecord, Record, build_batch, iter_records
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "DecompressedTooLargeError",
     "InvalidBatchError",
     "NewRecord",
+    "RecompressTarget",
     "Record",
     "TimestampType",
     "build_batch",
@@ -37,6 +39,7 @@ __all__ = [
     "iter_records",
     "parse_header",
     "read_offset_and_length",
+    "recompress_batch",
     "set_base_offset",
     "set_log_append_time",
     "set_partition_leader_epoch",

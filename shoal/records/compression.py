@@ -8,8 +8,15 @@ own). Kafka's framing choices, which a plain codec call does not know:
 * snappy: Java clients write xerial-framed snappy (an 8-byte magic, two int32
   versions, then int32-length-prefixed raw blocks); librdkafka writes a raw
   block. Both are read; raw is written, which every client reads.
-* lz4: the LZ4 frame format with independent blocks.
+* lz4: the LZ4 frame format with independent blocks and no content
+  checksum, as Kafka's own writer has it: the Java client decodes every block
+  on its own and refuses a frame whose blocks are linked ("Dependent block
+  stream is unsupported").
 * zstd: a zstd frame.
+
+``compress`` takes Kafka's per-codec levels (KIP-390: ``compression.gzip.level``,
+``compression.lz4.level``, ``compression.zstd.level``); None is the codec's
+default, which for gzip is also what Kafka's -1 means.
 
 ``decompress(codec, data, max_size)`` refuses (:class:`DecompressedTooLargeError`)
 a payload whose output would exceed ``max_size`` bytes, without holding more
@@ -64,18 +71,23 @@ class DecompressedTooLargeError(CompressionError):
         self.max_size = max_size
 
 
-def compress(codec: Compression, data: bytes) -> bytes:
+def compress(codec: Compression, data: bytes, level: int | None = None) -> bytes:
+    """``data`` as ``codec``'s payload; ``level`` is ignored by none and snappy."""
     match codec:
         case Compression.NONE:
             return data
         case Compression.GZIP:
-            return bytes(cramjam.gzip.compress(data))
+            return bytes(cramjam.gzip.compress(data, level=level))
         case Compression.SNAPPY:
             return bytes(cramjam.snappy.compress_raw(data))
         case Compression.LZ4:
-            return bytes(cramjam.lz4.compress(data))
+            # cramjam.lz4.compress links blocks; only the streaming Compressor
+            # writes the independent blocks Java clients need.
+            frame = cramjam.lz4.Compressor(level=level, content_checksum=False, block_linked=False)
+            frame.compress(data)
+            return bytes(frame.finish())
         case Compression.ZSTD:
-            return bytes(cramjam.zstd.compress(data))
+            return bytes(cramjam.zstd.compress(data, level=level))
 
 
 def decompress(codec: Compression, data: bytes | memoryview, max_size: int | None = None) -> bytes:

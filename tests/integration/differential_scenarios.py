@@ -1021,6 +1021,11 @@ def create_topic_with_invalid_configs(env: Endpoint) -> Observation:
         "segment_bytes_too_small": {"segment.bytes": "10"},
         "timestamp_type_unknown": {"message.timestamp.type": "WallClock"},
         "compression_gzip": {"compression.type": "gzip"},
+        "compression_unknown": {"compression.type": "brotli"},
+        "compression_uncompressed": {"compression.type": "uncompressed"},
+        "gzip_level_zero": {"compression.gzip.level": "0"},
+        "lz4_level_too_high": {"compression.lz4.level": "18"},
+        "zstd_level_negative": {"compression.zstd.level": "-7"},
     }
     topics = {
         label: NewTopic(env.topic_name(f"cfg-{i}"), 1, config=config)

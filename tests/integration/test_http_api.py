@@ -440,6 +440,41 @@ def test_topic_admin_round_trip(pair: tuple[Tenant, Tenant]) -> None:
     assert a.get("/topics/admin").status_code == 404
 
 
+def test_compression_type_is_checked_like_kafkas_and_applies_to_http_produce(
+    pair: tuple[Tenant, Tenant], tmp_path: Path
+) -> None:
+    a, _ = pair
+    name = unique("squeezed")
+    created = a.post(
+        "/topics",
+        json={
+            "topic_name": name,
+            "partitions_count": 1,
+            "configs": [{"name": "compression.type", "value": "zstd"}],
+        },
+    )
+    assert created.status_code == 201, created.text
+    for config, bad in [("compression.type", "brotli"), ("compression.zstd.level", "23")]:
+        put = a.http.put(a.url(f"/topics/{name}/configs/{config}"), json={"value": bad})
+        assert put.status_code == 400, put.text
+        assert put.json()["error_code"] == 40002
+    put = a.http.put(a.url(f"/topics/{name}/configs/compression.zstd.level"), json={"value": "7"})
+    assert put.status_code == 204, put.text
+    assert a.get(f"/topics/{name}/configs/compression.type").json()["value"] == "zstd"
+
+    value = b"squeeze me " * 200
+    produced = a.post(
+        f"/topics/{name}/records",
+        json={"partition_id": 0, "value": {"type": "BINARY", "data": b64(value)}},
+    )
+    assert produced.json()["error_code"] == 200, produced.text
+    read = kcat(
+        a.key, tmp_path, "-C", "-t", name, "-p", "0", "-o", "beginning", "-e", "-f", KCAT_FORMAT
+    )
+    assert read.returncode == 0, read.stderr
+    assert [r["value"] for r in parse_kcat_records(read.stdout)] == [value]
+
+
 def test_each_answered_change_is_seen_by_the_next_read(pair: tuple[Tenant, Tenant]) -> None:
     """Read-your-writes across three brokers: each broker sees a write a moment after
     the one that took it, so a read sent elsewhere could still show the old value."""

@@ -101,6 +101,26 @@ async def test_a_topic_is_created_grown_reconfigured_and_removed(
     await remove_topic(admin, grown)  # already gone: no error
 
 
+async def test_compression_type_is_set_from_the_spec_and_a_bad_codec_is_the_users_to_fix(
+    broker: BrokerProcess, store: TenancyStore, admin: ClusterAdmin
+) -> None:
+    await new_tenant(store, "squeeze")
+    spec = topic("squeeze", config={"compression.type": "lz4", "compression.lz4.level": "12"})
+
+    await reconcile_topic(admin, store, spec)
+
+    assert overrides(broker, "squeeze.orders") == {
+        "compression.type": "lz4",
+        "compression.lz4.level": "12",
+    }
+    for bad in ({"compression.type": "brotli"}, {"compression.gzip.level": "10"}):
+        with pytest.raises(TopicError) as caught:
+            await reconcile_topic(admin, store, topic("squeeze", config=bad))
+        assert not caught.value.retryable
+        assert next(iter(bad)) in str(caught.value)
+    assert overrides(broker, "squeeze.orders")["compression.type"] == "lz4"
+
+
 async def test_a_deleted_topic_is_recreated(
     broker: BrokerProcess, store: TenancyStore, admin: ClusterAdmin
 ) -> None:

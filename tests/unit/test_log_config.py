@@ -16,10 +16,15 @@ from shoal.broker.log.config import (
     validate_overrides,
 )
 
+from shoal.records import Compression
+
 # Kafka 4.0's topic-level defaults and broker synonyms (TopicConfig / ServerLogConfigs).
 KAFKA_DEFAULTS = {
     "cleanup.policy": ("delete", "log.cleanup.policy"),
+    "compression.gzip.level": ("-1", "compression.gzip.level"),
+    "compression.lz4.level": ("9", "compression.lz4.level"),
     "compression.type": ("producer", "compression.type"),
+    "compression.zstd.level": ("3", "compression.zstd.level"),
     "delete.retention.ms": ("86400000", "log.cleaner.delete.retention.ms"),
     "file.delete.delay.ms": ("60000", "log.segment.delete.delay.ms"),
     "flush.messages": ("9223372036854775807", "log.flush.interval.messages"),
@@ -138,7 +143,16 @@ def test_compact_only_policy_does_not_delete() -> None:
         ("cleanup.policy", "delete,archive"),
         ("cleanup.policy", " , "),
         ("message.timestamp.type", "createtime"),
-        ("compression.type", "gzip"),
+        ("compression.type", "brotli"),
+        ("compression.type", "none"),
+        ("compression.type", "GZIP"),
+        ("compression.gzip.level", "0"),
+        ("compression.gzip.level", "10"),
+        ("compression.gzip.level", "-2"),
+        ("compression.lz4.level", "0"),
+        ("compression.lz4.level", "18"),
+        ("compression.zstd.level", "23"),
+        ("compression.zstd.level", "-131073"),
         ("min.cleanable.dirty.ratio", "1.5"),
         ("min.cleanable.dirty.ratio", "half"),
         ("min.insync.replicas", "0"),
@@ -152,6 +166,52 @@ def test_invalid_value_raises_invalid_config_naming_the_config(name: str, raw: s
     if _field_name(name) in LOG_CONFIG_FIELDS:
         with pytest.raises(InvalidConfigError, match=name.replace(".", r"\.")):
             LogConfig.from_overrides({name: raw})
+
+
+@pytest.mark.parametrize(
+    ("value", "codec"),
+    [
+        ("producer", None),
+        ("uncompressed", Compression.NONE),
+        ("gzip", Compression.GZIP),
+        ("snappy", Compression.SNAPPY),
+        ("lz4", Compression.LZ4),
+        ("zstd", Compression.ZSTD),
+    ],
+)
+def test_compression_type_accepts_kafkas_values_and_names_the_codec(
+    value: str, codec: Compression | None
+) -> None:
+    assert validate_overrides({"compression.type": value}) == {"compression.type": value}
+    assert LogConfig.from_overrides({"compression.type": value}).compression is codec
+
+
+def test_compression_type_broker_default_applies_under_its_own_name() -> None:
+    assert validate_broker_defaults({"compression.type": "zstd"})
+    config = LogConfig.from_overrides({}, {"compression.type": "zstd"})
+    assert config.compression is Compression.ZSTD
+    assert (
+        LogConfig.from_overrides(
+            {"compression.type": "producer"}, {"compression.type": "zstd"}
+        ).compression
+        is None
+    )
+
+
+def test_compression_level_is_the_target_codecs_with_kafkas_defaults() -> None:
+    def level(**overrides: str) -> int | None:
+        return LogConfig.from_overrides(
+            {k.replace("_", "."): v for k, v in overrides.items()}
+        ).compression_level
+
+    assert level(compression_type="gzip") is None  # -1: zlib's default
+    assert level(compression_type="gzip", compression_gzip_level="1") == 1
+    assert level(compression_type="lz4") == 9
+    assert level(compression_type="lz4", compression_lz4_level="17") == 17
+    assert level(compression_type="zstd") == 3
+    assert level(compression_type="zstd", compression_zstd_level="-5") == -5
+    assert level(compression_type="snappy", compression_zstd_level="7") is None
+    assert level(compression_type="producer") is None
 
 
 def test_boundary_values_are_accepted() -> None:

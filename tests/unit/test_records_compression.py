@@ -95,6 +95,38 @@ def test_lz4_is_written_as_an_lz4_frame() -> None:
     assert compress(Compression.LZ4, b"abc")[:4] == b"\x04\x22\x4d\x18"
 
 
+def test_lz4_frame_has_independent_blocks_as_the_java_client_requires() -> None:
+    # Kafka's Lz4BlockInputStream decodes each block alone and refuses FLG
+    # without the block-independence bit; a payload over one 64 KiB block.
+    out = compress(Compression.LZ4, PAYLOADS["mixed"])
+    flg, bd = out[4], out[5]
+
+    assert flg >> 6 == 1  # frame version 1
+    assert flg & 0x20  # blocks independent
+    assert not flg & 0x04  # no content checksum, as Kafka's writer
+    assert 4 <= (bd >> 4) & 7 <= 7  # a block size Kafka's BD accepts
+    assert lz4.frame.decompress(out) == PAYLOADS["mixed"]
+
+
+@pytest.mark.parametrize(
+    ("codec", "levels"),
+    [
+        (Compression.GZIP, (1, 9)),
+        (Compression.LZ4, (1, 17)),
+        (Compression.ZSTD, (-5, 1, 3, 19)),
+    ],
+)
+def test_compression_levels_are_applied_and_every_level_reads_back(
+    codec: Compression, levels: tuple[int, ...]
+) -> None:
+    payload = b"".join(b"record %d of a batch, " % (i % 977) for i in range(20_000))
+    sizes = [len(out) for out in (compress(codec, payload, level) for level in levels)]
+
+    for level in levels:
+        assert decompress(codec, compress(codec, payload, level)) == payload
+    assert sizes[0] > sizes[-1]  # the fastest level compresses least
+
+
 def test_zstd_is_written_as_a_zstd_frame() -> None:
     assert compress(Compression.ZSTD, b"abc")[:4] == b"\x28\xb5\x2f\xfd"
 
