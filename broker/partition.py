@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from dataclasses import dataclass, replace
 
 from shoal.broker.cluster.model import NodeId, PartitionState
@@ -72,6 +72,8 @@ class FollowerState:
     """What the leader knows of one follower, from its fetches (Kafka's ReplicaState)."""
 
     log_end_offset: int = UNKNOWN_OFFSET
+    log_start_offset: int = UNKNOWN_OFFSET
+    """Its own log start, as its fetches report it: DeleteRecords waits for it."""
     last_caught_up_ms: int = 0
     last_fetch_ms: int = 0
     last_fetch_leader_end_offset: int = 0
@@ -254,7 +256,9 @@ class Partition:
 
     # -- followers, seen from the leader -------------------------------------------
 
-    def record_follower_fetch(self, node: NodeId, fetch_offset: int) -> None:
+    def record_follower_fetch(
+        self, node: NodeId, fetch_offset: int, log_start_offset: int = UNKNOWN_OFFSET
+    ) -> None:
         """A follower fetched from ``fetch_offset``: it holds everything below it.
 
         As Kafka's updateFollowerFetchState: the follower is caught up now if
@@ -273,7 +277,52 @@ class Partition:
         follower.log_end_offset = fetch_offset
         follower.last_fetch_ms = now
         follower.last_fetch_leader_end_offset = leader_end
+        if log_start_offset != follower.log_start_offset:
+            follower.log_start_offset = log_start_offset
+            self.wake()  # a DeleteRecords waiting for this replica's low watermark
         self.maybe_advance_high_watermark()
+
+    # -- the low watermark (DeleteRecords) -------------------------------------------
+
+    def low_watermark(self, alive: Container[NodeId]) -> int:
+        """The smallest log start offset among this leader and its live replicas.
+
+        As Kafka's lowWatermarkIfLeader: every assigned replica counts, in the
+        ISR or not, as long as its broker is registered; one that has not
+        fetched since this broker became leader holds it at -1.
+        """
+        self.require_leader()
+        low = self.log.log_start_offset
+        for node, follower in self.followers.items():
+            if node in alive:
+                low = min(low, follower.log_start_offset)
+        return low
+
+    async def wait_for_low_watermark(
+        self, target: int, timeout_s: float, alive: Callable[[], Container[NodeId]]
+    ) -> int:
+        """Wait until the low watermark reaches ``target`` (Kafka's DelayedDeleteRecords).
+
+        Returns the low watermark then, or when ``timeout_s`` runs out (the
+        caller compares it with ``target``); NotLeaderError if leadership
+        moves meanwhile.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        epoch = self.leader_epoch
+        while True:
+            if self.leader_epoch != epoch:
+                raise NotLeaderError(f"leadership of {self.topic}-{self.index} moved")
+            low = self.low_watermark(alive())
+            remaining = deadline - loop.time()
+            if low >= target or remaining <= 0:
+                return low
+            waiter = loop.create_future()
+            self.add_waiter(waiter)
+            try:
+                await asyncio.wait([waiter], timeout=remaining)
+            finally:
+                self.remove_waiter(waiter)
 
     def isr_expansion(self) -> PartitionState | None:
         """The ISR with every caught-up follower added, or None if nobody qualifies.
@@ -325,6 +374,16 @@ class Partition:
         if records:
             self.log.append_as_follower(records)
         self.update_follower_high_watermark(leader_high_watermark)
+
+    def follower_log_start_target(self, leader_log_start_offset: int) -> int | None:
+        """Where this follower's log start should move for the leader's, or None to stay.
+
+        Capped at our own high watermark: Kafka refuses a start past it, and
+        we cannot drop what we have not committed. The leader's start is at
+        most its high watermark, so the cap only bites while we catch up.
+        """
+        target = min(leader_log_start_offset, self.log.high_watermark)
+        return target if target > self.log.log_start_offset else None
 
     def update_follower_high_watermark(self, leader_high_watermark: int) -> None:
         self.leader_high_watermark = leader_high_watermark

@@ -53,7 +53,7 @@ class ReplicaManager:
         self.partitions: dict[TopicPartition, Partition] = {}
         self.image: ClusterImage | None = None
         self.fetchers = ReplicaFetcherManager(
-            self._address_of, fetcher_settings or FetcherSettings(node_id)
+            self._address_of, fetcher_settings or FetcherSettings(node_id), self._follow_log_start
         )
         self.isr_changes = AlterPartitionSender(node_id, lambda: self.image)
         self._shrinker: asyncio.Task[None] | None = None
@@ -135,12 +135,20 @@ class ReplicaManager:
 
     # -- the ISR, as leader --------------------------------------------------------
 
-    def follower_fetched(self, partition: Partition, node: NodeId, fetch_offset: int) -> None:
+    def follower_fetched(
+        self, partition: Partition, node: NodeId, fetch_offset: int, log_start_offset: int
+    ) -> None:
         """A follower's fetch: note its position and let it rejoin the ISR if it caught up."""
-        partition.record_follower_fetch(node, fetch_offset)
+        partition.record_follower_fetch(node, fetch_offset, log_start_offset)
         expanded = partition.isr_expansion()
         if expanded is not None:
             self.isr_changes.submit(partition, expanded, "isr_expand")
+
+    def _follow_log_start(self, partition: Partition, offset: int) -> None:
+        """As follower, take the leader's log start: persisted before our next fetch
+        reports it, so the leader's DeleteRecords answer means every live replica has
+        it on disk."""
+        self.logs.advance_log_start(partition.log, offset)
 
     def shrink_isrs(self) -> None:
         for partition in list(self.partitions.values()):

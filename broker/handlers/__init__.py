@@ -17,6 +17,7 @@ from shoal.broker.handlers.configs import (
     handle_incremental_alter_configs,
 )
 from shoal.broker.handlers.coordinator import handle_find_coordinator
+from shoal.broker.handlers.delete_records import handle_delete_records
 from shoal.broker.handlers.fetch import handle_fetch
 from shoal.broker.handlers.group_offsets import (
     handle_offset_commit,
@@ -69,6 +70,7 @@ LIST_GROUPS: Final = 16
 API_VERSIONS_KEY: Final = 18
 CREATE_TOPICS: Final = 19
 DELETE_TOPICS: Final = 20
+DELETE_RECORDS: Final = 21
 INIT_PRODUCER_ID: Final = 22
 OFFSET_FOR_LEADER_EPOCH: Final = 23
 ADD_PARTITIONS_TO_TXN: Final = 24
@@ -103,6 +105,7 @@ API_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     API_VERSIONS_KEY: (0, 4),
     CREATE_TOPICS: (2, 7),
     DELETE_TOPICS: (1, 6),
+    DELETE_RECORDS: (0, 2),
     INIT_PRODUCER_ID: (0, 5),
     OFFSET_FOR_LEADER_EPOCH: (2, 4),
     ADD_PARTITIONS_TO_TXN: (0, 3),
@@ -141,6 +144,7 @@ def build_handlers() -> dict[int, Handler]:
         API_VERSIONS_KEY: ApiVersionsResponder(API_VERSIONS).handle,
         CREATE_TOPICS: handle_create_topics,
         DELETE_TOPICS: handle_delete_topics,
+        DELETE_RECORDS: handle_delete_records,
         INIT_PRODUCER_ID: handle_init_producer_id,
         OFFSET_FOR_LEADER_EPOCH: handle_offset_for_leader_epoch,
         ADD_PARTITIONS_TO_TXN: handle_add_partitions_to_txn,

@@ -13,6 +13,9 @@ Semantics, as Kafka's:
   even when it is larger (KIP-74), so a consumer never stalls on a big batch.
 * Fetch sessions (KIP-227) are not offered: every answer carries session id
   0, which tells the client to keep sending full fetch requests.
+* A consumer fetching with a version below 10 from a topic whose
+  compression.type is zstd gets UNSUPPORTED_COMPRESSION_TYPE, as from Kafka:
+  such clients predate zstd, and every batch there is zstd.
 
 Records are never copied into Python: each partition's bytes are a region
 of a segment file, spliced into the encoded response (see
@@ -24,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from shoal.broker.cluster.model import NodeId
 from shoal.broker.handlers.base import (
@@ -40,6 +43,9 @@ from shoal.broker.partition import Partition, PartitionError
 
 from shoal.wire import ErrorCode, FileRegion, RecordsSplicer
 
+ZSTD_MIN_VERSION: Final = 10
+"""The first Fetch version whose clients read zstd (KIP-110)."""
+
 
 @dataclass(frozen=True, slots=True)
 class _Wanted:
@@ -49,6 +55,8 @@ class _Wanted:
     offset: int
     max_bytes: int
     current_leader_epoch: int
+    log_start_offset: int
+    """A follower's own log start (replica fetches); -1 from consumers."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,9 +79,13 @@ async def handle_fetch(services: BrokerServices, ctx: RequestContext, request: A
             responses=(),
         )
     wanted = _wanted(services, request)
-    refused: set[_Wanted] = set()
+    refused: dict[_Wanted, ErrorCode] = {}
     if replica_id >= 0:
-        refused = _record_replica_positions(services, wanted, replica_id)
+        refused = dict.fromkeys(
+            _record_replica_positions(services, wanted, replica_id), E.not_leader_or_follower
+        )
+    elif version < ZSTD_MIN_VERSION:
+        refused = dict.fromkeys(_zstd_topics(services, wanted), E.unsupported_compression_type)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + request.max_wait.total_seconds()
     while True:
@@ -108,6 +120,7 @@ def _wanted(services: BrokerServices, request: Any) -> list[_Wanted]:
                 p.fetch_offset,
                 p.partition_max_bytes,
                 getattr(p, "current_leader_epoch", -1),
+                getattr(p, "log_start_offset", -1),
             )
             for p in topic.partitions
         )
@@ -127,8 +140,21 @@ def _record_replica_positions(
             refused.add(want)
             continue
         if want.current_leader_epoch == partition.leader_epoch:
-            services.replicas.follower_fetched(partition, NodeId(replica_id), want.offset)
+            services.replicas.follower_fetched(
+                partition, NodeId(replica_id), want.offset, want.log_start_offset
+            )
     return refused
+
+
+def _zstd_topics(services: BrokerServices, wanted: list[_Wanted]) -> list[_Wanted]:
+    """The partitions of topics whose compression.type is zstd (Kafka checks the config,
+    not the batches)."""
+    found = []
+    for want in wanted:
+        partition = services.replicas.get(want.name, want.index) if want.name else None
+        if partition is not None and partition.log.config.compression_type == "zstd":
+            found.append(want)
+    return found
 
 
 def _read_all(
@@ -136,14 +162,14 @@ def _read_all(
     wanted: list[_Wanted],
     max_bytes: int,
     to_log_end: bool,
-    refused: set[_Wanted],
+    refused: dict[_Wanted, ErrorCode],
 ) -> list[_Result]:
     budget = max_bytes
     first = True
     results = []
     for want in wanted:
         if want in refused:
-            results.append(_Result(want, E.not_leader_or_follower))
+            results.append(_Result(want, refused[want]))
             continue
         result = _read_one(services, want, min(want.max_bytes, budget), first, to_log_end)
         if result.records is not None:

@@ -540,6 +540,45 @@ class Log:
             return segment.max_timestamp
         return int(os.stat(segment.log_path).st_mtime * 1000)
 
+    def increment_log_start_offset(self, offset: int) -> bool:
+        """Move the log start offset up to ``offset``; True if it moved.
+
+        DeleteRecords on a leader, and a follower following its leader's start.
+        Readers lose everything below at once; the segments left wholly below
+        (:meth:`segments_below_log_start`) are the caller's to delete. Beyond
+        the high watermark is OffsetOutOfRangeError, as in Kafka: only
+        committed records may be deleted. A lower offset changes nothing.
+        """
+        if offset > self.high_watermark:
+            raise OffsetOutOfRangeError(
+                f"cannot move the log start offset to {offset},"
+                f" past the high watermark {self.high_watermark}"
+            )
+        if offset <= self.log_start_offset:
+            return False
+        self.log_start_offset = offset
+        self.epochs.truncate_from_start(offset)
+        log.info(
+            "event=log_start_offset_moved dir=%s log_start_offset=%d", self.directory.name, offset
+        )
+        return True
+
+    def segments_below_log_start(self) -> list[LogSegment]:
+        """Segments holding only offsets below the log start offset, oldest first.
+
+        The active segment too once everything in it is below (DeleteRecords
+        to the log end), so that the space is given back without waiting for
+        a roll; never an empty active segment.
+        """
+        doomed: list[LogSegment] = []
+        for i, segment in enumerate(self.segments):
+            last = i + 1 == len(self.segments)
+            upper = self.log_end_offset if last else self.segments[i + 1].base_offset
+            if upper > self.log_start_offset or (last and segment.size == 0):
+                break
+            doomed.append(segment)
+        return doomed
+
     def delete_segments(self, doomed: list[LogSegment]) -> list[LogSegment]:
         """Take ``doomed`` (oldest segments) out of the log and rename their files.
 

@@ -237,17 +237,45 @@ class LogManager:
                 log.exception("event=log_chore_failed chore=%s", getattr(chore, "__name__", chore))
 
     def apply_retention(self) -> int:
-        """Delete segments past retention in every log; returns how many went."""
+        """Delete segments past retention in every log; returns how many went.
+
+        Segments left below a moved log start offset go first (Kafka's
+        deleteLogStartOffsetBreachedSegments): normally DeleteRecords removed
+        them already, but not if the broker died between its checkpoint and
+        the renames.
+        """
         deleted = 0
-        loop = asyncio.get_running_loop()
         for log_ in self.logs.values():
-            doomed = log_.delete_segments(log_.retention_deletable(log_.high_watermark))
+            doomed = log_.delete_segments(log_.segments_below_log_start())
+            doomed += log_.delete_segments(log_.retention_deletable(log_.high_watermark))
             deleted += len(doomed)
             if doomed:
-                delay = log_.config.file_delete_delay_ms / 1000
-                token = id(doomed)
-                self._doomed[token] = (loop.call_later(delay, self._destroy, token), doomed)
+                self.destroy_later(log_, doomed)
         return deleted
+
+    def advance_log_start(self, log_: Log, offset: int) -> bool:
+        """Move ``log_``'s start offset up to ``offset``, persist it, drop the segments below.
+
+        The checkpoint is fsynced before this returns and before any file is
+        renamed, so a broker killed at any later point restarts with the new
+        start and never serves a record below it. (Kafka leaves it to the
+        next periodic checkpoint and accepts that risk.) Raises the log's
+        OffsetOutOfRangeError past the high watermark; True if it moved.
+        """
+        if not log_.increment_log_start_offset(offset):
+            return False
+        self.checkpoint_log_start()
+        doomed = log_.delete_segments(log_.segments_below_log_start())
+        if doomed:
+            self.destroy_later(log_, doomed)
+        return True
+
+    def destroy_later(self, log_: Log, segments: list[LogSegment]) -> None:
+        """Destroy segments taken out of ``log_`` after its ``file.delete.delay.ms``."""
+        delay = log_.config.file_delete_delay_ms / 1000
+        token = id(segments)
+        handle = asyncio.get_running_loop().call_later(delay, self._destroy, token)
+        self._doomed[token] = (handle, segments)
 
     def _destroy(self, token: int) -> None:
         handle, segments = self._doomed.pop(token)
@@ -272,6 +300,9 @@ class LogManager:
             self.data_dir / RECOVERY_CHECKPOINT,
             {tp: log_.recovery_point for tp, log_ in self.logs.items()},
         )
+        self.checkpoint_log_start()
+
+    def checkpoint_log_start(self) -> None:
         write_offsets(
             self.data_dir / LOG_START_CHECKPOINT,
             {tp: log_.log_start_offset for tp, log_ in self.logs.items()},

@@ -4,7 +4,9 @@ A partition joins a fetcher when this broker becomes its follower under a
 new leader epoch. Before its first fetch it is truncated (OffsetForLeaderEpoch,
 see :mod:`shoal.broker.replication.truncation`); then the fetcher long-polls
 the leader with Fetch, replica id set, for every partition it follows there,
-appends what comes back as it is, and takes the leader's high watermark.
+appends what comes back as it is, and takes the leader's high watermark and
+log start offset (DeleteRecords on the leader moves the followers' too; the
+leader's answer waits until their fetches report it).
 
 A response is applied only to partitions still followed under the epoch the
 request was sent for: a role change while the request was out wins.
@@ -38,6 +40,8 @@ _CONNECT_TIMEOUT_S: Final = 5.0
 
 TopicPartition = tuple[str, int]
 AddressOf = Callable[[NodeId], tuple[str, int] | None]
+LogStartFollower = Callable[[Partition, int], None]
+"""Moves a follower's log start offset to the one given, persisting it first."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,10 +66,17 @@ class _Followed:
 class ReplicaFetcher:
     """Fetches every partition this broker follows on one leader."""
 
-    def __init__(self, leader: NodeId, address_of: AddressOf, settings: FetcherSettings) -> None:
+    def __init__(
+        self,
+        leader: NodeId,
+        address_of: AddressOf,
+        settings: FetcherSettings,
+        follow_log_start: LogStartFollower,
+    ) -> None:
         self.leader = leader
         self.address_of = address_of
         self.settings = settings
+        self.follow_log_start = follow_log_start
         self.followed: dict[TopicPartition, _Followed] = {}
         self._changed = asyncio.Event()
         self._link = PeerLink(f"shoal-replica-{settings.node_id}")
@@ -252,6 +263,9 @@ class ReplicaFetcher:
         if code is ErrorCode.none:
             try:
                 partition.append_as_follower(data.records or b"", data.high_watermark)
+                target = partition.follower_log_start_target(data.log_start_offset)
+                if target is not None:
+                    self.follow_log_start(partition, target)
             except LogError as exc:
                 log.error(  # noqa: TRY400 - the message says it all; no traceback
                     "event=replica_append_failed topic=%s partition=%d error=%s",
@@ -287,9 +301,15 @@ class ReplicaFetcher:
 class ReplicaFetcherManager:
     """The fetchers of this broker, one per leader it follows."""
 
-    def __init__(self, address_of: AddressOf, settings: FetcherSettings) -> None:
+    def __init__(
+        self,
+        address_of: AddressOf,
+        settings: FetcherSettings,
+        follow_log_start: LogStartFollower,
+    ) -> None:
         self.address_of = address_of
         self.settings = settings
+        self.follow_log_start = follow_log_start
         self.fetchers: dict[NodeId, ReplicaFetcher] = {}
         self._leader_of: dict[TopicPartition, NodeId] = {}
 
@@ -299,7 +319,9 @@ class ReplicaFetcherManager:
         self.unfollow(tp)
         fetcher = self.fetchers.get(leader)
         if fetcher is None:
-            fetcher = self.fetchers[leader] = ReplicaFetcher(leader, self.address_of, self.settings)
+            fetcher = self.fetchers[leader] = ReplicaFetcher(
+                leader, self.address_of, self.settings, self.follow_log_start
+            )
         fetcher.add(partition)
         self._leader_of[tp] = leader
 

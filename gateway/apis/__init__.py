@@ -36,6 +36,7 @@ REWRITERS: Final[dict[int, tuple[tuple[int, int], Rewriter]]] = {
     16: ((0, 5), groups.list_groups),
     19: ((2, 7), topics.create_topics),
     20: ((1, 6), topics.delete_topics),
+    21: ((0, 2), records.delete_records),
     22: ((0, 5), transactions.init_producer_id),
     23: ((2, 4), records.offset_for_leader_epoch),
     24: ((0, 3), transactions.add_partitions_to_txn),

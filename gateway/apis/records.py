@@ -1,4 +1,4 @@
-"""Produce, Fetch, ListOffsets and OffsetForLeaderEpoch: the data path.
+"""Produce, Fetch, ListOffsets, OffsetForLeaderEpoch and DeleteRecords: the data path.
 
 Record batches pass through as the client wrote them and as the broker
 stored them; only topic names (and, for Fetch v13+, topic ids) are checked
@@ -6,6 +6,11 @@ and mapped. A topic the key may not use keeps its slot in the response with
 TOPIC_AUTHORIZATION_FAILED, and the rest of the request goes on to the broker.
 A topic id that is not one of the tenant's topics gets UNKNOWN_TOPIC_ID, the
 same answer as an id that does not exist, so ids reveal nothing.
+
+DeleteRecords needs DELETE on the topic, as in Kafka. Like Produce it goes to
+the broker behind the port the client chose: clients send each partition to
+its leader's port (the port-per-broker addresses Metadata gave them), and a
+partition sent elsewhere gets the broker's NOT_LEADER_OR_FOLLOWER.
 """
 
 from __future__ import annotations
@@ -235,6 +240,39 @@ def _describe_partitions(
             partitions=tuple(refused_partition(part) for part in topic.partitions),
         )
         for name, topic in refused
+    )
+    if not forwarded:
+        return Answer(api.response(throttle_time=NO_THROTTLE, topics=refusals))
+
+    def finish(response: Any) -> Any:
+        return replace(response, topics=rename_topics(response.topics, ns) + refusals)
+
+    return Forward(replace(request, topics=tuple(forwarded)), finish)
+
+
+async def delete_records(ctx: RequestContext, request: Any) -> Step:
+    api, ns, access = ctx.api, ctx.ns, ctx.access
+    forwarded, refused = [], []
+    for topic in request.topics:
+        if topic.name and access.may_topic(topic.name, Operation.DELETE):
+            forwarded.append(replace(topic, name=ns.inward(topic.name)))
+        else:
+            refused.append(topic)
+    refusals = tuple(
+        api.make(
+            "DeleteRecordsTopicResult",
+            name=topic.name,
+            partitions=tuple(
+                api.make(
+                    "DeleteRecordsPartitionResult",
+                    partition_index=part.partition_index,
+                    low_watermark=-1,
+                    error_code=E.topic_authorization_failed,
+                )
+                for part in topic.partitions
+            ),
+        )
+        for topic in refused
     )
     if not forwarded:
         return Answer(api.response(throttle_time=NO_THROTTLE, topics=refusals))

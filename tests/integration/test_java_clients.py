@@ -683,9 +683,9 @@ TENANT_APIS = flags(
     "Produce(0) Fetch(1) ListOffsets(2) Metadata(3) OffsetCommit(8) OffsetFetch(9) "
     "FindCoordinator(10) JoinGroup(11) Heartbeat(12) LeaveGroup(13) SyncGroup(14) "
     "DescribeGroups(15) ListGroups(16) SaslHandshake(17) ApiVersions(18) CreateTopics(19) "
-    "DeleteTopics(20) InitProducerId(22) DescribeConfigs(32) SaslAuthenticate(36) "
-    "CreatePartitions(37) DeleteGroups(42) IncrementalAlterConfigs(44) OffsetDelete(47) "
-    "DescribeCluster(60)"
+    "DeleteTopics(20) DeleteRecords(21) InitProducerId(22) DescribeConfigs(32) "
+    "SaslAuthenticate(36) CreatePartitions(37) DeleteGroups(42) IncrementalAlterConfigs(44) "
+    "OffsetDelete(47) DescribeCluster(60)"
 )
 
 

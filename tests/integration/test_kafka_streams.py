@@ -26,9 +26,9 @@ tenant's admin client lists them under the app's names) with the partitions,
 replication and configs it asks for; its group (Streams' own assignor on the
 classic protocol) forms and commits every input offset; and the counts (the
 last value per word in the output topic, and in the changelog) are exactly
-those of the words that went in, each intermediate count written once.
-
-One strict xfail records where Shoal still differs from Kafka, with its cause.
+those of the words that went in, each intermediate count written once; and
+what it has consumed from its repartition topic is purged (Admin.deleteRecords,
+DeleteRecords through the gateway, every ``repartition.purge.interval.ms``).
 """
 
 from __future__ import annotations
@@ -381,17 +381,6 @@ def test_word_count_runs_through_the_gateway(
     assert not app.errors(), "\n".join(app.errors())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "Streams purges what it has consumed from its repartition topics with "
-        "Admin.deleteRecords (DeleteRecords, API 21, every repartition.purge.interval.ms); "
-        "neither the gateway (gateway/apis/__init__.py REWRITERS) nor the brokers "
-        "(broker/handlers/__init__.py API_VERSIONS) serve API 21, so ApiVersions omits it, "
-        "the admin client fails each purge with UnsupportedVersionException, which Streams "
-        "logs at DEBUG only, and the repartition topics (retention.ms=-1) grow forever"
-    ),
-)
 def test_consumed_repartition_records_are_purged(app: App, owner: TenantKey) -> None:
     app.wait_running(60)
     produce(owner, ["purge what was consumed"])

@@ -1799,3 +1799,97 @@ async def test_describe_cluster_authorized_operations_are_the_keys_own() -> None
     expected = ctx.access.authorized_operations(ResourceType.CLUSTER, "")
     assert expected & (1 << Operation.DESCRIBE)
     assert response.cluster_authorized_operations == expected
+
+
+# DeleteRecords
+
+
+def delete_records_request(api: ApiSchema, names: Sequence[str], offset: int = 5) -> Any:
+    return api.request(
+        timeout=datetime.timedelta(seconds=30),
+        topics=tuple(
+            api.make_request(
+                "DeleteRecordsTopic",
+                name=name,
+                partitions=(
+                    api.make_request("DeleteRecordsPartition", partition_index=0, offset=offset),
+                ),
+            )
+            for name in names
+        ),
+    )
+
+
+def delete_records_response(api: ApiSchema, names: Sequence[str], low: int = 5) -> Any:
+    return api.response(
+        throttle_time=NO_THROTTLE,
+        topics=tuple(
+            api.make(
+                "DeleteRecordsTopicResult",
+                name=name,
+                partitions=(
+                    api.make(
+                        "DeleteRecordsPartitionResult",
+                        partition_index=0,
+                        low_watermark=low,
+                        error_code=ErrorCode.none,
+                    ),
+                ),
+            )
+            for name in names
+        ),
+    )
+
+
+@pytest.mark.parametrize("version", [0, 1, 2])
+async def test_delete_records_forwards_the_tenants_topics_under_the_brokers_names(
+    version: int,
+) -> None:
+    ctx = context(21, version)
+
+    step = await records.delete_records(ctx, delete_records_request(ctx.api, ["orders"], -1))
+
+    sent = broker_receives(ctx.api, step)
+    assert [
+        (t.name, [(p.partition_index, p.offset) for p in t.partitions]) for t in sent.topics
+    ] == [("acme.orders", [(0, -1)])]
+    response = finished(ctx.api, step, delete_records_response(ctx.api, ["acme.orders"]))
+    assert [(t.name, t.partitions[0].low_watermark) for t in response.topics] == [("orders", 5)]
+
+
+async def test_delete_records_needs_delete_on_the_topic_and_refuses_in_its_own_slot() -> None:
+    ctx = context(21, 2, bindings=denying(TOPIC, "secret", Operation.DELETE))
+
+    step = await records.delete_records(ctx, delete_records_request(ctx.api, ["orders", "secret"]))
+
+    assert [t.name for t in broker_receives(ctx.api, step).topics] == ["acme.orders"]
+    response = finished(ctx.api, step, delete_records_response(ctx.api, ["acme.orders"]))
+    codes = {
+        t.name: (t.partitions[0].error_code, t.partitions[0].low_watermark) for t in response.topics
+    }
+    assert codes == {
+        "orders": (ErrorCode.none, 5),
+        "secret": (ErrorCode.topic_authorization_failed, -1),
+    }
+
+
+async def test_delete_records_by_a_read_only_key_is_answered_without_the_broker() -> None:
+    ctx = context(21, 2, bindings=read_only_bindings(TENANT, KEY))
+
+    step = await records.delete_records(ctx, delete_records_request(ctx.api, ["orders"]))
+
+    response = answered(ctx.api, step)
+    assert [(t.name, t.partitions[0].error_code) for t in response.topics] == [
+        ("orders", ErrorCode.topic_authorization_failed)
+    ]
+
+
+async def test_delete_records_never_reaches_another_tenants_topic() -> None:
+    ctx = context(21, 2)
+
+    step = await records.delete_records(ctx, delete_records_request(ctx.api, ["globex.payments"]))
+
+    # Spelled the brokers' way, the name is still inside this tenant's namespace.
+    assert [t.name for t in broker_receives(ctx.api, step).topics] == ["acme.globex.payments"]
+    response = finished(ctx.api, step, delete_records_response(ctx.api, ["globex.payments"]))
+    assert response.topics == ()
