@@ -39,6 +39,7 @@ from shoal.broker.controller.forwarding import ControllerForwarder
 from shoal.broker.coordinator.coordinator import GroupCoordinator
 from shoal.broker.handlers import API_VERSIONS, build_handlers
 from shoal.broker.handlers.base import BrokerServices
+from shoal.broker.log.cleaner.manager import CleanerSettings
 from shoal.broker.log.manager import LogManager, LogManagerSettings
 from shoal.broker.metrics import BrokerCollector, RequestMetrics, broker_registry
 from shoal.broker.producer_ids import ProducerIdManager
@@ -101,6 +102,13 @@ class Broker:
                 producer_id_expiration_ms=config.producer_id_expiration_ms,
                 producer_id_expiration_check_interval_ms=(
                     config.producer_id_expiration_check_interval_ms
+                ),
+                cleaner=CleanerSettings(
+                    enable=config.log_cleaner_enable,
+                    threads=config.log_cleaner_threads,
+                    io_max_bytes_per_second=config.log_cleaner_io_max_bytes_per_second,
+                    dedupe_buffer_size=config.log_cleaner_dedupe_buffer_size,
+                    backoff_ms=config.log_cleaner_backoff_ms,
                 ),
             ),
         )

@@ -76,6 +76,32 @@ class BrokerConfig(BaseSettings):
     replica_high_watermark_checkpoint_interval_ms: int = Field(
         5000, ge=10, description="How often high watermarks are checkpointed."
     )
+    log_cleaner_enable: bool = Field(
+        True,
+        description="Run the log cleaner, which compacts cleanup.policy=compact topics"
+        " (log.cleaner.enable).",
+    )
+    log_cleaner_threads: int = Field(
+        1, ge=1, description="Log cleaner workers (log.cleaner.threads)."
+    )
+    log_cleaner_io_max_bytes_per_second: float = Field(
+        1.7976931348623157e308,
+        gt=0,
+        description="Bytes per second the log cleaner may read and write, all workers"
+        " together (log.cleaner.io.max.bytes.per.second); unlimited by default.",
+    )
+    log_cleaner_dedupe_buffer_size: int = Field(
+        134217728,
+        ge=1024,
+        description="Memory budget of the cleaner's key -> offset maps, shared by the"
+        " workers (log.cleaner.dedupe.buffer.size).",
+    )
+    log_cleaner_backoff_ms: int = Field(
+        15000,
+        ge=1,
+        description="How long a cleaner worker sleeps when no log needs cleaning"
+        " (log.cleaner.backoff.ms).",
+    )
     topic_defaults: dict[str, str] = Field(
         default_factory=dict,
         description="Broker-wide defaults of topic configs, by Kafka broker property:"

@@ -21,6 +21,7 @@ Serving: :func:`shoal.metrics.serve_metrics`, on the broker's own event loop.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -129,7 +130,52 @@ class BrokerCollector(Collector):
             changes.get("isr_expand", 0),
         )
         yield _gauge("shoal_broker_connections", "Open Kafka connections.", self.connections())
+        yield from self._cleaner()
         yield from self.requests.families()
+
+    def _cleaner(self) -> Iterable[Any]:
+        """Kafka's LogCleaner metrics: max-dirty-percent per log dir, bytes, errors, last run."""
+        logs = self.replicas.logs
+        metrics = logs.cleaner.metrics
+        ratio = GaugeMetricFamily(
+            "shoal_log_cleaner_max_dirty_ratio",
+            "Largest dirty ratio of the compacted logs in a log dir at the cleaner's last look.",
+            labels=("log_dir",),
+        )
+        ratio.add_metric((str(logs.data_dir),), metrics.max_dirty_ratio)
+        yield ratio
+        yield _gauge(
+            "shoal_log_cleaner_max_compaction_delay_seconds",
+            "How far past max.compaction.lag.ms the most overdue compacted log is.",
+            metrics.max_compaction_delay_ms / 1000,
+        )
+        yield _counter(
+            "shoal_log_cleaner_bytes_read",
+            "Bytes of log the cleaner read (offset maps and cleaning).",
+            metrics.bytes_read,
+        )
+        yield _counter(
+            "shoal_log_cleaner_bytes_recopied",
+            "Bytes the cleaner wrote into cleaned segments.",
+            metrics.bytes_recopied,
+        )
+        yield _counter("shoal_log_cleaner_cleans", "Logs cleaned.", metrics.cleans)
+        yield _counter(
+            "shoal_log_cleaner_errors",
+            "Cleans that failed; the log is left alone for a while (uncleanable).",
+            metrics.errors,
+        )
+        yield _gauge(
+            "shoal_log_cleaner_uncleanable_partitions",
+            "Compacted logs left alone after a failed clean.",
+            metrics.uncleanable_partitions,
+        )
+        if metrics.last_clean_monotonic is not None:
+            yield _gauge(
+                "shoal_log_cleaner_seconds_since_last_clean",
+                "Time since the cleaner last finished cleaning a log.",
+                time.monotonic() - metrics.last_clean_monotonic,
+            )
 
     def _cluster(self) -> Iterable[Any]:
         image = self.cache.image

@@ -79,15 +79,6 @@ def validate_topic_name(name: str) -> None:
         )
 
 
-def _warn_if_compacted(name: str, overrides: Mapping[str, str]) -> None:
-    if "compact" in overrides.get("cleanup.policy", ""):
-        log.warning(
-            "event=compaction_not_active topic=%s detail=cleanup.policy=compact is stored;"
-            " the log cleaner arrives in a later release",
-            name,
-        )
-
-
 def _collision_key(name: str) -> str:
     return name.replace(".", "_")
 
@@ -197,7 +188,6 @@ class TopicAdmin:
         if validate_only:
             return record
         states = [PartitionState(r[0], 0, r) for r in replicas]
-        _warn_if_compacted(name, overrides)
         try:
             revision = await self.store.create_topic(record, states)
         except TopicExistsError as exc:
@@ -352,7 +342,6 @@ class TopicAdmin:
         overrides = self.configs_after(name, ops)
         if validate_only or overrides == dict(topic.record.configs):
             return
-        _warn_if_compacted(name, overrides)
         await self._update(replace(topic.record, configs=overrides), topic.revision, None)
 
     async def _update(

@@ -16,7 +16,14 @@ Offsets, Kafka's vocabulary::
     log end offset     the next offset to assign
 
 Owned by the event loop thread. :meth:`flush` hands fsyncs to a worker
-thread and touches shared state only before and after.
+thread and touches shared state only before and after. The log cleaner
+(:mod:`shoal.broker.log.cleaner`) reads non-active segments from its own
+threads through duplicated file descriptors and changes the segment list
+only on the loop, through :meth:`replace_segments`.
+
+Offsets have gaps once a compacted log is cleaned: a batch keeps its offsets
+but may lose records, and batches may go. Every lookup by offset therefore
+means "the batch holding it, or the first one after it".
 """
 
 from __future__ import annotations
@@ -168,6 +175,9 @@ class Log:
         self.unflushed_messages = 0
         self.last_flush_ms = clock()
         self._flush_lock = asyncio.Lock()
+        self.closed = False
+        self.truncation_listeners: list[Callable[[int], None]] = []
+        """Told the new log end after a truncation (the cleaner's checkpoint must not exceed it)."""
 
     def _rebuild_producer_state(self) -> None:
         """Newest snapshot at or below the log end, then the batch headers after it."""
@@ -226,6 +236,8 @@ class Log:
             raise InvalidRecordError("no record batch in the request")
         for _, header in batches:
             self._check_batch(header, now)
+        if self.config.compacts:
+            self._check_keys(records, batches)
         duplicate = self._check_producers([h for _, h in batches])
         if duplicate is not None:
             return AppendInfo(
@@ -332,7 +344,7 @@ class Log:
             return self.log_end_offset
         expected = self.log_end_offset
         for _, header in batches:
-            if header.base_offset != expected:
+            if header.base_offset < expected:
                 raise CorruptRecordError(
                     f"replicated batch starts at {header.base_offset}, log ends at {expected}"
                 )
@@ -363,6 +375,20 @@ class Log:
         if found and len(headers) > 1:
             raise InvalidRecordError("a retried idempotent batch must come alone")
         return found[0] if found else None
+
+    def _check_keys(self, records: bytes, batches: list[tuple[int, BatchHeader]]) -> None:
+        """Kafka's LogValidator rule for compacted topics: every record needs a key."""
+        view = memoryview(records)
+        for position, header in batches:
+            try:
+                keys = [r.key for r in iter_records(view[position : position + header.size])]
+            except InvalidBatchError as exc:
+                raise CorruptRecordError(str(exc)) from exc
+            if any(key is None for key in keys):
+                raise InvalidRecordError(
+                    "Compacted topic cannot accept message without key in topic partition"
+                    f" {self.directory.name}."
+                )
 
     def _check_batch(self, header: BatchHeader, now: int) -> None:
         if header.size > self.config.max_message_bytes:
@@ -606,6 +632,32 @@ class Log:
         )
         return doomed
 
+    # -- cleaning --------------------------------------------------------------
+
+    def holds_segments(self, old: list[LogSegment], sizes: list[int]) -> bool:
+        """``old`` are still adjacent non-active segments of this log, at ``sizes`` bytes."""
+        if not old or any(s is self.active for s in old):
+            return False
+        for i, segment in enumerate(self.segments):
+            if segment is old[0]:
+                current = self.segments[i : i + len(old)]
+                return len(current) == len(old) and all(
+                    a is b and a.size == size
+                    for a, b, size in zip(current, old, sizes, strict=True)
+                )
+        return False
+
+    def replace_segments(self, old: list[LogSegment], new: LogSegment) -> None:
+        """Put ``new`` (a cleaned segment, its files already in place) where ``old`` were.
+
+        In memory only: the cleaner has renamed the files (see
+        :mod:`shoal.broker.log.cleaner.swap`) and destroys ``old`` later.
+        Offsets do not move, so nothing else in the log changes.
+        """
+        start = next(i for i, s in enumerate(self.segments) if s is old[0])
+        self.segments[start : start + len(old)] = [new]
+        self._bases = [s.base_offset for s in self.segments]
+
     # -- truncation (replication) ---------------------------------------------
 
     def truncate_to(self, offset: int) -> None:
@@ -623,6 +675,8 @@ class Log:
         self.producer_state.truncate_snapshots_after(self.log_end_offset)
         self._rebuild_producer_state()
         self.epochs.truncate_from_end(self.log_end_offset)
+        for listener in self.truncation_listeners:
+            listener(self.log_end_offset)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Drop everything and continue at ``offset``: a follower whose log the
@@ -638,6 +692,8 @@ class Log:
         self.producer_state.producers.clear()
         self.producer_state.truncate_snapshots_after(-1)
         self.epochs.truncate_from_end(0)
+        for listener in self.truncation_listeners:
+            listener(offset)
 
     # -- durability ------------------------------------------------------------
 
@@ -678,6 +734,7 @@ class Log:
             self.last_flush_ms = self.clock()
 
     def close(self) -> None:
+        self.closed = True
         self.producer_state.write_snapshot(self.log_end_offset)
         for segment in self.segments:
             segment.close()

@@ -9,13 +9,16 @@ Layout, as Kafka's ``log.dirs``::
       recovery-point-offset-checkpoint    fsynced offsets, per partition
       replication-offset-checkpoint       high watermarks, per partition
       log-start-offset-checkpoint         log start offsets, per partition
+      cleaner-offset-checkpoint           first dirty offsets of compacted logs
       <topic>-<partition>/                one Log (see log.py), with
           partition.metadata              the topic id the directory belongs to
       <topic>-<partition>.<uuid>-delete/  a deleted partition, removed in the background
 
 The chores run on the event loop at Kafka's intervals: retention
 (``log.retention.check.interval.ms``), flushing (rolled segments, and the
-``flush.ms`` / ``flush.messages`` topic settings), and checkpoints.
+``flush.ms`` / ``flush.messages`` topic settings), and checkpoints. The log
+cleaner (:class:`~shoal.broker.log.cleaner.manager.LogCleaner`) compacts the
+logs whose cleanup.policy says compact, with its own workers.
 """
 
 from __future__ import annotations
@@ -27,11 +30,12 @@ import os
 import shutil
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
 from shoal.broker.log.checkpoint import fsync_dir, read_offsets, write_offsets
+from shoal.broker.log.cleaner.manager import CleanerSettings, LogCleaner
 from shoal.broker.log.config import LogConfig
 from shoal.broker.log.log import Log
 from shoal.broker.log.segment import LogSegment
@@ -63,6 +67,7 @@ class LogManagerSettings:
     hw_checkpoint_interval_ms: int = 5_000
     producer_id_expiration_ms: int = 86_400_000
     producer_id_expiration_check_interval_ms: int = 600_000
+    cleaner: CleanerSettings = field(default_factory=CleanerSettings)
 
 
 def partition_dir_name(topic: str, partition: int) -> str:
@@ -104,6 +109,9 @@ class LogManager:
         self._tasks: list[asyncio.Task[None]] = []
         self._doomed: dict[int, tuple[asyncio.TimerHandle, list[LogSegment]]] = {}
         self.clean_shutdown = (data_dir / CLEAN_SHUTDOWN_FILE).exists()
+        self.cleaner = LogCleaner(
+            data_dir, self.logs, clock, self.settings.cleaner, self.destroy_later
+        )
 
     # -- identity --------------------------------------------------------------
 
@@ -151,6 +159,7 @@ class LogManager:
                 log_start_offset=starts.get(tp, 0),
                 high_watermark=watermarks.get(tp, 0),
             )
+            self.cleaner.watch(tp, self.logs[tp])
             if topic_id is not None:
                 self._topic_ids[tp[0]] = topic_id
             log.info(
@@ -191,6 +200,7 @@ class LogManager:
         (path / PARTITION_METADATA).write_text(f"version: 0\ntopic_id: {topic_id}\n")
         created = Log(path, config, 0, True, self.clock)
         self.logs[tp] = created
+        self.cleaner.watch(tp, created)
         self._topic_ids[topic] = topic_id
         log.info("event=log_created topic=%s partition=%d", topic, partition)
         return created
@@ -225,6 +235,7 @@ class LogManager:
                 self._every(s.producer_id_expiration_check_interval_ms, self.expire_producers)
             ),
         ]
+        self.cleaner.start()
 
     async def _every(self, interval_ms: int, chore: Callable[[], object]) -> None:
         while True:
@@ -316,6 +327,7 @@ class LogManager:
 
     async def close(self) -> None:
         """Clean shutdown: fsync everything, checkpoint, mark clean, unlock."""
+        await self.cleaner.close()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:

@@ -13,6 +13,11 @@ What a crash can leave, and what loading does about it:
   segment.
 * Half-done deletions: ``*.deleted`` files are removed; ``*.tmp`` files from an
   interrupted checkpoint are dropped.
+* Half-done cleans (see :mod:`shoal.broker.log.cleaner.swap`): a ``.cleaned``
+  segment is discarded (the segments it was cleaned from are all still
+  there); a ``.log.swap`` segment replaces the segments whose base offsets
+  fall inside its range, and its indexes are rebuilt, as Kafka's LogLoader
+  finishes a swap.
 
 After a clean shutdown the recovery point is trusted, but the active
 segment's tail is still walked header by header, so a file cut by hand
@@ -22,23 +27,31 @@ between runs is caught too.
 from __future__ import annotations
 
 import logging
+import mmap
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from shoal.broker.log.checkpoint import fsync_dir
 from shoal.broker.log.config import LogConfig
 from shoal.broker.log.index import IndexCorruptError
 from shoal.broker.log.segment import (
+    CLEANED_SUFFIX,
     DELETED_SUFFIX,
     INDEX_SUFFIX,
     LOG_SUFFIX,
+    SWAP_SUFFIX,
     TIME_INDEX_SUFFIX,
     LogSegment,
     base_offset_of,
 )
 
+from shoal.records import InvalidBatchError, validate_batch
+
 log = logging.getLogger(__name__)
 
-_LEFTOVER_SUFFIXES = (DELETED_SUFFIX, ".tmp", ".cleaned", ".swap")
+_LEFTOVER_SUFFIXES = (DELETED_SUFFIX, ".tmp", CLEANED_SUFFIX, SWAP_SUFFIX)
+_SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +59,60 @@ class LoadedSegments:
     segments: list[LogSegment]
     truncated_bytes: int
     recovered_segments: int
+
+
+def _next_offset(path: Path, base_offset: int) -> int:
+    """One past the last whole, valid batch of a segment file."""
+    next_offset = base_offset
+    size = path.stat().st_size
+    if not size:
+        return next_offset
+    with path.open("rb") as file, mmap.mmap(file.fileno(), size, access=mmap.ACCESS_READ) as data:
+        position = 0
+        while position < size:
+            try:
+                header = validate_batch(data, position)
+            except InvalidBatchError:
+                break
+            next_offset = header.next_offset
+            position += header.size
+    return next_offset
+
+
+def complete_swaps(directory: Path) -> int:
+    """Finish the cleaner's swaps that reached ``.log.swap``; drop its ``.cleaned`` files.
+
+    Returns how many swaps were completed.
+    """
+    for path in directory.glob("*" + CLEANED_SUFFIX):
+        log.info("event=cleaned_segment_discarded path=%s", path)
+        path.unlink(missing_ok=True)
+    swaps = sorted(directory.glob("*" + LOG_SUFFIX + SWAP_SUFFIX))
+    for path in directory.glob("*" + SWAP_SUFFIX):
+        if path not in swaps:
+            path.unlink()  # an index: rebuilt from the log below
+    for swap in swaps:
+        base = base_offset_of(swap)
+        end = _next_offset(swap, base)
+        if end == base:
+            # No batch: only a group of empty segments cleans to that (the
+            # cleaner keeps every group's last batch), so nothing is lost.
+            log.warning("event=empty_swap_discarded path=%s", swap)
+            swap.unlink()
+            continue
+        for path in list(directory.iterdir()):
+            if not path.name.endswith(_SEGMENT_SUFFIXES):
+                continue
+            offset = base_offset_of(path)
+            if base <= offset < end or (offset == base and not path.name.endswith(LOG_SUFFIX)):
+                log.info("event=cleaned_away_segment_removed path=%s", path)
+                path.unlink()
+        live = swap.with_name(swap.name.removesuffix(SWAP_SUFFIX))
+        os.replace(swap, live)
+        log.info("event=swap_completed path=%s next_offset=%d", live, end)
+    if swaps:
+        fsync_dir(directory)
+    return len(swaps)
 
 
 def remove_leftovers(directory: Path) -> None:
@@ -69,6 +136,7 @@ def load_segments(
     now_ms: int,
 ) -> LoadedSegments:
     """Open every segment in ``directory``, recovering those a crash may have touched."""
+    complete_swaps(directory)
     remove_leftovers(directory)
     bases = sorted(base_offset_of(p) for p in directory.glob("*" + LOG_SUFFIX))
     segments = [LogSegment(directory, base, config, now_ms) for base in bases]

@@ -32,6 +32,10 @@ LOG_SUFFIX: Final = ".log"
 INDEX_SUFFIX: Final = ".index"
 TIME_INDEX_SUFFIX: Final = ".timeindex"
 DELETED_SUFFIX: Final = ".deleted"
+CLEANED_SUFFIX: Final = ".cleaned"
+"""A segment the log cleaner is still writing; recovery discards it."""
+SWAP_SUFFIX: Final = ".swap"
+"""A cleaned segment ready to replace the ones it was cleaned from; recovery finishes the swap."""
 _SCAN_WINDOW: Final = 16 * 1024
 _IOV_MAX: Final = 1024
 
@@ -232,7 +236,7 @@ class LogSegment:
             waited = incoming_max_timestamp - self.first_batch_timestamp
         else:
             waited = now_ms - self.created_ms
-        return waited > self.config.segment_ms - self.roll_jitter_ms
+        return waited > self.config.max_segment_ms - self.roll_jitter_ms
 
     def on_roll(self) -> None:
         """The segment stops being active: its final time index entry, as Kafka writes it."""

@@ -25,6 +25,7 @@ from shoal.broker.cluster.model import (
     TopicName,
     TopicRecord,
 )
+from shoal.broker.log.cleaner.manager import CleanerMetrics
 from shoal.broker.metrics import BrokerCollector, RequestMetrics
 from shoal.gateway.group_lag import GroupLag, summarize
 from shoal.gateway.http.app import create_app
@@ -223,6 +224,10 @@ def broker_collector(node: int, leader: int) -> BrokerCollector:
     replicas = SimpleNamespace(
         partitions={("acme.t", 0): partition},
         isr_changes=SimpleNamespace(applied={"isr_shrink": 2}),
+        logs=SimpleNamespace(
+            data_dir="/data",
+            cleaner=SimpleNamespace(metrics=CleanerMetrics(0.75, last_clean_monotonic=0.0)),
+        ),
     )
     return BrokerCollector(
         NodeId(node),
@@ -244,6 +249,10 @@ def test_the_broker_reports_under_replicated_offline_and_log_sizes() -> None:
     assert value("shoal_broker_isr_shrinks_total") == 2
     assert value("shoal_broker_active_controller") == 1
     assert value("shoal_cluster_offline_partitions") == 0
+    assert value("shoal_log_cleaner_max_dirty_ratio", {"log_dir": "/data"}) == 0.75
+    assert value("shoal_log_cleaner_errors_total") == 0
+    assert value("shoal_log_cleaner_bytes_recopied_total") == 0
+    assert value("shoal_log_cleaner_seconds_since_last_clean") > 0
     offline = CollectorRegistry(auto_describe=False)
     offline.register(broker_collector(node=0, leader=1))  # broker 1 is not registered
     assert offline.get_sample_value("shoal_cluster_offline_partitions") == 1
