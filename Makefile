@@ -140,7 +140,7 @@ $(VENV)/.installed-bench: pyproject.toml $(PACKAGE_DIRS) | $(BIN)/python
 bench: $(VENV)/.installed-bench java kafka
 	$(BIN)/python -m shoal.benchmarks.compare --update-readme
 
-# The focused benchmarks of one part each (about 8 min).
+# The focused benchmarks of one part each (about 8 min, and 9 more for the log cleaner's).
 bench-detail: $(VENV)/.installed-bench java spark-kafka
 	$(BIN)/python -m shoal.benchmarks.produce_consume
 	$(BIN)/python -m shoal.benchmarks.group_consume
@@ -148,6 +148,7 @@ bench-detail: $(VENV)/.installed-bench java spark-kafka
 	$(BIN)/python -m shoal.benchmarks.gateway
 	$(BIN)/python -m shoal.benchmarks.spark_read
 	$(BIN)/python -m shoal.benchmarks.recompress
+	$(BIN)/python -m shoal.benchmarks.log_cleaner
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
