@@ -175,7 +175,14 @@ def test_ctrl_c_stops_and_prints_the_partial_result(broker: BrokerProcess) -> No
         text=True,
     )  # fmt: skip
     try:
-        time.sleep(3)
+        # Interrupted once it is producing: a fixed wait raced the CLI's own
+        # start-up (its imports alone can take seconds on a busy machine).
+        deadline = time.monotonic() + 60
+        config = {"bootstrap.servers": broker.bootstrap}
+        while watermarks(config, topic, 1)[0] == 0:
+            assert process.poll() is None, process.communicate()[1]
+            assert time.monotonic() < deadline, "the bench produced nothing in 60 s"
+            time.sleep(0.2)
         process.send_signal(signal.SIGINT)
         out, err = process.communicate(timeout=15)
     finally:
