@@ -47,7 +47,7 @@ from shoal.records.batch import (
     compute_crc,
 )
 from shoal.records.compression import compress, decompress
-from shoal.records.records import _read_varint, _write_varint
+from shoal.records.records import read_varint, write_varint
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _UINT32 = struct.Struct(">I")
@@ -123,12 +123,12 @@ def _renumbered(payload: bytes, count: int, base_timestamp: int) -> tuple[bytes,
     max_timestamp = NO_TIMESTAMP
     pos = 0
     for index in range(count):
-        length, fields = _read_varint(payload, pos)
+        length, fields = read_varint(payload, pos)
         end = fields + length
         if length < 1 or end > len(payload):
             raise InvalidBatchError(f"record {index} runs past the batch")
-        timestamp_delta, after_timestamp = _read_varint(payload, fields + 1)  # attributes: 1 byte
-        offset_delta, after_offset = _read_varint(payload, after_timestamp)
+        timestamp_delta, after_timestamp = read_varint(payload, fields + 1)  # attributes: 1 byte
+        offset_delta, after_offset = read_varint(payload, after_timestamp)
         if after_offset > end:
             raise InvalidBatchError(f"record {index} is shorter than its fields")
         max_timestamp = max(max_timestamp, base_timestamp + timestamp_delta)
@@ -142,8 +142,8 @@ def _renumbered(payload: bytes, count: int, base_timestamp: int) -> tuple[bytes,
     out = bytearray()
     for index, (fields, after_timestamp, after_offset, end) in enumerate(spans):
         inner = bytearray(payload[fields:after_timestamp])
-        _write_varint(inner, index)
+        write_varint(inner, index)
         inner += payload[after_offset:end]
-        _write_varint(out, len(inner))
+        write_varint(out, len(inner))
         out += inner
     return bytes(out), max_timestamp

@@ -77,7 +77,12 @@ class BatchOptions:
     partition_leader_epoch: int = -1
 
 
-def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
+def read_varint(buf: bytes, pos: int) -> tuple[int, int]:
+    """A zigzag varint at ``pos``: (value, position after it)."""
+    if pos < len(buf):
+        first = buf[pos]
+        if not first & 0x80:  # one byte: most lengths and deltas
+            return (first >> 1) ^ -(first & 1), pos + 1
     shift = 0
     raw = 0
     while True:
@@ -94,7 +99,7 @@ def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
 
 
 def _read_bytes(buf: bytes, pos: int) -> tuple[bytes | None, int]:
-    length, pos = _read_varint(buf, pos)
+    length, pos = read_varint(buf, pos)
     if length < 0:
         return None, pos
     end = pos + length
@@ -103,7 +108,8 @@ def _read_bytes(buf: bytes, pos: int) -> tuple[bytes | None, int]:
     return buf[pos:end], end
 
 
-def _write_varint(out: bytearray, value: int) -> None:
+def write_varint(out: bytearray, value: int) -> None:
+    """Append ``value`` as a zigzag varint."""
     raw = (value << 1) ^ (value >> 63)
     while raw & ~0x7F:
         out.append((raw & 0x7F) | 0x80)
@@ -113,9 +119,9 @@ def _write_varint(out: bytearray, value: int) -> None:
 
 def _write_bytes(out: bytearray, data: bytes | None) -> None:
     if data is None:
-        _write_varint(out, -1)
+        write_varint(out, -1)
     else:
-        _write_varint(out, len(data))
+        write_varint(out, len(data))
         out += data
 
 
@@ -133,16 +139,16 @@ def iter_records(
     log_append = header.timestamp_type is TimestampType.LOG_APPEND_TIME
     pos = 0
     for _ in range(header.records_count):
-        length, pos = _read_varint(payload, pos)
+        length, pos = read_varint(payload, pos)
         end = pos + length
         if length < 0 or end > len(payload):
             raise InvalidBatchError("record length runs past the batch")
         pos += 1  # attributes
-        timestamp_delta, pos = _read_varint(payload, pos)
-        offset_delta, pos = _read_varint(payload, pos)
+        timestamp_delta, pos = read_varint(payload, pos)
+        offset_delta, pos = read_varint(payload, pos)
         key, pos = _read_bytes(payload, pos)
         value, pos = _read_bytes(payload, pos)
-        header_count, pos = _read_varint(payload, pos)
+        header_count, pos = read_varint(payload, pos)
         headers: list[Header] = []
         for _ in range(header_count):
             name, pos = _read_bytes(payload, pos)
@@ -174,15 +180,15 @@ def build_batch(
     body = bytearray()
     for offset_delta, (record, timestamp) in enumerate(zip(items, timestamps, strict=True)):
         inner = bytearray(b"\x00")
-        _write_varint(inner, timestamp - base_timestamp)
-        _write_varint(inner, offset_delta)
+        write_varint(inner, timestamp - base_timestamp)
+        write_varint(inner, offset_delta)
         _write_bytes(inner, record.key)
         _write_bytes(inner, record.value)
-        _write_varint(inner, len(record.headers))
+        write_varint(inner, len(record.headers))
         for name, header_value in record.headers:
             _write_bytes(inner, name.encode())
             _write_bytes(inner, header_value)
-        _write_varint(body, len(inner))
+        write_varint(body, len(inner))
         body += inner
     payload = compress(opts.compression, bytes(body))
     attributes = int(opts.compression)

@@ -35,7 +35,7 @@ from shoal.records import (
 )
 from shoal.records.batch import compute_crc
 from shoal.records.compression import compress, decompress
-from shoal.records.records import _read_varint, _write_varint
+from shoal.records.records import read_varint, write_varint
 
 Header = tuple[str, bytes | None]
 CODECS = list(Compression)
@@ -95,14 +95,14 @@ def _rewrite_offset_deltas(batch: bytes, deltas: list[int]) -> bytes:
     out = bytearray()
     pos = 0
     for delta in deltas:
-        length, fields = _read_varint(payload, pos)
+        length, fields = read_varint(payload, pos)
         end = fields + length
-        _, after_timestamp = _read_varint(payload, fields + 1)
-        _, after_offset = _read_varint(payload, after_timestamp)
+        _, after_timestamp = read_varint(payload, fields + 1)
+        _, after_offset = read_varint(payload, after_timestamp)
         inner = bytearray(payload[fields:after_timestamp])
-        _write_varint(inner, delta)
+        write_varint(inner, delta)
         inner += payload[after_offset:end]
-        _write_varint(out, len(inner))
+        write_varint(out, len(inner))
         out += inner
         pos = end
     raw = bytearray(batch[:HEADER_SIZE] + out)

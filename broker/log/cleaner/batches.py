@@ -33,6 +33,7 @@ from typing import Final
 from shoal.records import HEADER_SIZE, LOG_OVERHEAD, BatchHeader, InvalidBatchError
 from shoal.records.batch import MAGIC, TimestampType, compute_crc
 from shoal.records.compression import compress, decompress
+from shoal.records.records import read_varint, write_varint
 
 DELETE_HORIZON_BIT: Final = 0x40
 _COMPRESSION_MASK: Final = 0x07
@@ -58,36 +59,6 @@ def delete_horizon(header: BatchHeader) -> int | None:
     return header.base_timestamp if header.attributes & DELETE_HORIZON_BIT else None
 
 
-def _varint(buf: bytes, pos: int) -> tuple[int, int]:
-    if pos < len(buf):
-        first = buf[pos]
-        if not first & 0x80:  # one byte: most lengths and deltas
-            return (first >> 1) ^ -(first & 1), pos + 1
-    shift = 0
-    raw = 0
-    while True:
-        if pos >= len(buf):
-            raise InvalidBatchError("varint runs past the end of the record")
-        byte = buf[pos]
-        pos += 1
-        raw |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return (raw >> 1) ^ -(raw & 1), pos
-        shift += 7
-        if shift > 63:
-            raise InvalidBatchError("varint longer than 10 bytes")
-
-
-def _encode_varint(value: int) -> bytes:
-    raw = (value << 1) ^ (value >> 63)
-    out = bytearray()
-    while raw & ~0x7F:
-        out.append((raw & 0x7F) | 0x80)
-        raw >>= 7
-    out.append(raw)
-    return bytes(out)
-
-
 def scan_records(
     batch: bytes, header: BatchHeader, max_size: int | None = None
 ) -> list[ScannedRecord]:
@@ -96,18 +67,18 @@ def scan_records(
     records: list[ScannedRecord] = []
     pos = 0
     for _ in range(header.records_count):
-        length, pos = _varint(payload, pos)
+        length, pos = read_varint(payload, pos)
         end = pos + length
         if length < 0 or end > len(payload):
             raise InvalidBatchError("record length runs past the batch")
-        timestamp_delta, after_timestamp = _varint(payload, pos + 1)
-        offset_delta, field = _varint(payload, after_timestamp)
-        key_length, field = _varint(payload, field)
+        timestamp_delta, after_timestamp = read_varint(payload, pos + 1)
+        offset_delta, field = read_varint(payload, after_timestamp)
+        key_length, field = read_varint(payload, field)
         key = None
         if key_length >= 0:
             key = payload[field : field + key_length]
             field += key_length
-        value_length, field = _varint(payload, field)
+        value_length, field = read_varint(payload, field)
         if field > end:
             raise InvalidBatchError("record fields run past the record")
         records.append(
@@ -177,8 +148,10 @@ def rebuild_batch(header: BatchHeader, kept: list[ScannedRecord], horizon: int |
         max_timestamp = max(r.timestamp for r in kept)
     body = bytearray()
     for record in kept:
-        inner = b"\x00" + _encode_varint(record.timestamp - base_timestamp) + record.tail
-        body += _encode_varint(len(inner))
+        inner = bytearray(b"\x00")
+        write_varint(inner, record.timestamp - base_timestamp)
+        inner += record.tail
+        write_varint(body, len(inner))
         body += inner
     payload = compress(header.compression, bytes(body))
     return _pack(header, attributes, base_timestamp, max_timestamp, len(kept), payload)
