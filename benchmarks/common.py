@@ -93,18 +93,30 @@ def produce_flat_out(
     started = time.perf_counter()
     for _ in range(records):
         sent = time.perf_counter()
-        while True:
-            try:
-                producer.produce(topic, value, on_delivery=lambda e, m, s=sent: delivered(e, m, s))
-                break
-            except BufferError:
-                producer.poll(0.001)
-        producer.poll(0)
+        produce_waiting(producer, topic, value, on_delivery=lambda e, m, s=sent: delivered(e, m, s))
+    elapsed = flush_or_raise(producer, failures, started)
+    return elapsed, latencies
+
+
+def produce_waiting(producer: Producer, topic: str, value: bytes, **kwargs: Any) -> None:
+    """produce(), waiting while the client's queue is full, then serving callbacks."""
+    while True:
+        try:
+            producer.produce(topic, value, **kwargs)
+            break
+        except BufferError:
+            producer.poll(0.001)
+    producer.poll(0)
+
+
+def flush_or_raise(producer: Producer, failures: list[str], started: float) -> float:
+    """Seconds from ``started`` to the last acknowledgement; RuntimeError if any record
+    failed or was still undelivered after two minutes."""
     remaining = producer.flush(120)
     elapsed = time.perf_counter() - started
     if failures or remaining:
         raise RuntimeError(f"{len(failures)} failed, {remaining} undelivered: {failures[:3]}")
-    return elapsed, latencies
+    return elapsed
 
 
 def measure_limits(directory: Path) -> dict[str, float]:

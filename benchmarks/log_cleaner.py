@@ -68,7 +68,15 @@ from typing import Any, cast
 
 from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-from shoal.benchmarks.common import HERE, LocalCluster, cpu_seconds, free_port, measure_limits
+from shoal.benchmarks.common import (
+    HERE,
+    LocalCluster,
+    cpu_seconds,
+    flush_or_raise,
+    free_port,
+    measure_limits,
+    produce_waiting,
+)
 from shoal.broker.coordinator.config import GroupConfig
 from shoal.broker.coordinator.coordinator import OFFSETS_TOPIC, GroupCoordinator
 from shoal.broker.coordinator.group import CommittedOffset, Group
@@ -416,18 +424,10 @@ def _produce_keyed(
     picks = [rng.randrange(len(keys)) for _ in range(records)]
     started = time.perf_counter()
     for i, k in enumerate(picks):
-        while True:
-            try:
-                producer.produce(topic, values[i % len(values)], keys[k], on_delivery=delivered)
-                break
-            except BufferError:
-                producer.poll(0.001)
-        producer.poll(0)
-    remaining = producer.flush(120)
-    elapsed = time.perf_counter() - started
-    if failures or remaining:
-        raise RuntimeError(f"{len(failures)} failed, {remaining} undelivered: {failures[:3]}")
-    return elapsed
+        produce_waiting(
+            producer, topic, values[i % len(values)], key=keys[k], on_delivery=delivered
+        )
+    return flush_or_raise(producer, failures, started)
 
 
 def _produce_once(

@@ -39,7 +39,9 @@ from shoal.benchmarks.common import (
     HERE,
     LocalCluster,
     cpu_seconds,
+    flush_or_raise,
     measure_limits,
+    produce_waiting,
 )
 
 from shoal.records import (
@@ -170,18 +172,8 @@ def _produce(producer: Producer, topic: str, values: list[bytes], records: int) 
 
     started = time.perf_counter()
     for i in range(records):
-        while True:
-            try:
-                producer.produce(topic, values[i % len(values)], on_delivery=delivered)
-                break
-            except BufferError:
-                producer.poll(0.001)
-        producer.poll(0)
-    remaining = producer.flush(120)
-    elapsed = time.perf_counter() - started
-    if failures or remaining:
-        raise RuntimeError(f"{len(failures)} failed, {remaining} undelivered: {failures[:3]}")
-    return elapsed
+        produce_waiting(producer, topic, values[i % len(values)], on_delivery=delivered)
+    return flush_or_raise(producer, failures, started)
 
 
 def end_to_end(records: int, runs: int, root: Path) -> list[dict[str, Any]]:
