@@ -8,14 +8,10 @@ from typing import Annotated, Any
 import typer
 from pydantic import ValidationError
 
-from shoal.broker.app import Broker
-from shoal.broker.cluster.store import StoreError
 from shoal.broker.config import BrokerConfig
-from shoal.broker.log.manager import DataDirError
 from shoal.cli.running import run_until_signalled
 from shoal.locking import DirectoryLockedError
 from shoal.logs import configure_logging
-from shoal.tracing import BROKER_SERVICE, tracer_provider
 
 
 def _doc(field: str) -> str:
@@ -51,6 +47,13 @@ def broker(
 ) -> None:
     """Run one broker. Other settings (intervals, limits) are read from SHOAL_* variables;
     see docs/broker.md."""
+    # Imported here, not at the top: every `shoal` command loads this module for its
+    # help, and the broker's modules take seconds to import.
+    from shoal.broker.app import Broker  # noqa: PLC0415
+    from shoal.broker.cluster.store import StoreError  # noqa: PLC0415
+    from shoal.broker.log.manager import DataDirError  # noqa: PLC0415
+    from shoal.tracing import BROKER_SERVICE, tracer_provider  # noqa: PLC0415
+
     given: dict[str, Any] = {
         "node_id": node_id,
         "data_dir": data_dir,

@@ -9,9 +9,7 @@ from pydantic import ValidationError
 
 from shoal.cli.running import run_until_signalled
 from shoal.gateway.config import GatewayConfig
-from shoal.gateway.server import Gateway
 from shoal.logs import configure_logging
-from shoal.tracing import GATEWAY_SERVICE, tracer_provider
 
 
 def _doc(field: str) -> str:
@@ -70,6 +68,11 @@ def gateway(
     """Run the Kafka gateway in front of the brokers. Other settings (intervals, quota
     windows, the rest of OAuth) are read from SHOAL_* variables; see docs/gateway.md
     and docs/oauth.md."""
+    # Imported here, not at the top: every `shoal` command loads this module for its
+    # help, and the gateway's modules take seconds to import.
+    from shoal.gateway.server import Gateway  # noqa: PLC0415
+    from shoal.tracing import GATEWAY_SERVICE, tracer_provider  # noqa: PLC0415
+
     given: dict[str, Any] = {
         "etcd": etcd,
         "listen": listen,

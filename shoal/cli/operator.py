@@ -11,8 +11,6 @@ import typer
 from shoal.cli.running import run_until_signalled
 from shoal.host_port import split_host_port
 from shoal.logs import configure_logging
-from shoal.operator.context import OperatorContext
-from shoal.operator.runner import run_operator
 
 DEFAULT_IMAGE = "ghcr.io/shoal-dev/shoal:latest"
 
@@ -59,6 +57,11 @@ def operator(
     ] = "text",
 ) -> None:
     """Run the operator: Cluster, Topic and Tenant resources made real (see docs/kubernetes.md)."""
+    # Imported here, not at the top: every `shoal` command loads this module for its
+    # help, and the operator's (kopf, Kubernetes clients) take seconds to import.
+    from shoal.operator.context import OperatorContext  # noqa: PLC0415
+    from shoal.operator.runner import run_operator  # noqa: PLC0415
+
     configure_logging(log_level, log_format)
     metrics = split_host_port(metrics_listen) if metrics_listen else None
     ctx = OperatorContext(default_image=image)
