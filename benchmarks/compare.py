@@ -1,7 +1,7 @@
 """Shoal side by side with Apache Kafka, NATS JetStream and Redis Streams, and the machine's limits.
 
     python -m shoal.benchmarks.compare [--systems shoal kafka nats redis] [--scale F]
-                                       [--out DIR] [--update-readme] [--keep]
+                                       [--runs N] [--out DIR] [--update-readme] [--keep]
 
 The path form, ``python benchmarks/compare.py ...``, works as well, from any
 working directory.
@@ -14,7 +14,8 @@ targets, and Kafka's own ``ProducerPerformance`` against the RF=3 ones
 ``throughput.png`` and ``latency_cdf.png`` to ``--out`` (by default
 ``benchmarks/results/compare-<time>/``), prints the table, and with
 ``--update-readme`` puts it into ``benchmarks/README.md``. ``--scale``
-multiplies every workload's size (0.05 for a quick look). ``--profile W``
+multiplies every workload's size and the warm-up (0.05 for a quick look);
+``--runs`` sets how many times the repeated workloads run (3, for medians). ``--profile W``
 runs workload W under py-spy on every Shoal server process (see
 :mod:`.suite.profile`). A workload that fails is recorded with its error and
 the suite goes on.
@@ -23,6 +24,7 @@ the suite goes on.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -63,6 +65,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--systems", nargs="+", choices=list(SYSTEMS), default=list(SYSTEMS))
     parser.add_argument("--scale", type=float, default=1.0)
+    parser.add_argument("--runs", type=int, help="runs of the repeated workloads (default 3)")
     parser.add_argument("--out", type=Path)
     parser.add_argument("--update-readme", action="store_true")
     parser.add_argument("--keep", action="store_true", help="keep the systems' data directory")
@@ -85,6 +88,8 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix="shoal-compare-", dir=os.environ.get("SHOAL_BENCH_DIR")))
     sizes = Sizes().scaled(args.scale) if args.scale != 1.0 else Sizes()
+    if args.runs is not None:
+        sizes = dataclasses.replace(sizes, runs=args.runs)
     try:
         say("measuring the machine")
         machine = {**measure_limits(root), **loopback_round_trip()}
@@ -92,7 +97,7 @@ def main() -> None:
         described: dict[str, dict[str, Any]] = {}
         for name in args.systems:
             say(f"starting {name}")
-            with SYSTEMS[name](root / name) as targets:
+            with SYSTEMS[name](root / name, sizes.warm_up_s) as targets:
                 for target in targets:
                     described[target.name] = {
                         "version": target.version,

@@ -6,7 +6,8 @@ cluster (RF=3 through the gateway and directly, RF=1 directly), so the
 three share the same processes, as they would share a deployment. Apache
 Kafka yields two from one cluster (RF=3 and RF=1, the same durability as
 Shoal's direct targets), driven by the same client and load generator. Both
-get the same untimed :func:`warm_up` before their first target.
+get the same untimed :func:`warm_up` before their first target, for the
+seconds each starter is given (NATS and Redis, with no JIT, ignore them).
 
 Apache Kafka is the reference: the pinned release's jars from Maven Central
 (``make kafka``, run by :func:`install_kafka` when they are missing), run by
@@ -53,9 +54,6 @@ MIN_INSYNC_REPLICAS = 2
 TENANT = "bench"
 NATS_NODES = 3
 START_TIMEOUT_S = 60.0
-WARMUP_S = 30.0
-"""Untimed load each Kafka-protocol system (Shoal, Apache Kafka) gets before its first target
-is measured; see :func:`warm_up`."""
 WARMUP_RECORDS = 20_000
 CHECKOUT = Path(__file__).resolve().parents[2]
 """The checkout this module's file is in (the editable install links back to it): where
@@ -135,7 +133,7 @@ def _shoal_version() -> str:
     return f"shoal {metadata.version('shoal')} {commit.strip()}".strip()
 
 
-def warm_up(bootstrap: str, seconds: float = WARMUP_S) -> None:
+def warm_up(bootstrap: str, seconds: float) -> None:
     """Produce (acks=all, idempotent) and read back 1 KiB records on a throwaway topic of
     replication factor 3 for ``seconds``, untimed, then delete the topic.
 
@@ -189,7 +187,7 @@ def _wait_for_topic(bootstrap: str, topic: str, timeout_s: float = 30.0) -> None
 
 
 @contextmanager
-def shoal(root: Path) -> Iterator[list[Target]]:
+def shoal(root: Path, warm_up_s: float) -> Iterator[list[Target]]:
     """etcd, three brokers and a gateway; a tenant with a key for the gateway route."""
     env = {
         "SHOAL_DEFAULT_REPLICATION_FACTOR": str(SHOAL_BROKERS),
@@ -206,7 +204,7 @@ def shoal(root: Path) -> Iterator[list[Target]]:
             # its CPU is part of the cost, as the controller's is.
             pids = {"etcd": cluster.etcd.pid}
             pids |= {f"broker-{n}": cluster.pid(n) for n in range(SHOAL_BROKERS)}
-            warm_up(cluster.bootstrap)
+            warm_up(cluster.bootstrap, warm_up_s)
             direct = {"bootstrap.servers": cluster.bootstrap}
             all_acks = {"acks": "all", "enable.idempotence": True}
             gateway_connection = {
@@ -291,7 +289,7 @@ def _kafka_version(cluster: ApacheKafka) -> str:
 
 
 @contextmanager
-def kafka(root: Path) -> Iterator[list[Target]]:
+def kafka(root: Path, warm_up_s: float) -> Iterator[list[Target]]:
     """A KRaft controller and three brokers (:class:`ApacheKafka`, Kafka's defaults but
     replication factor 3 and ``min.insync.replicas=2``, as Shoal's cluster)."""
     install_kafka()
@@ -305,7 +303,7 @@ def kafka(root: Path) -> Iterator[list[Target]]:
             assert broker.process is not None
             pids[f"broker-{broker.node_id}"] = broker.process.pid
         version = _kafka_version(cluster)
-        warm_up(cluster.bootstrap)
+        warm_up(cluster.bootstrap, warm_up_s)
         direct = {"bootstrap.servers": cluster.bootstrap}
         admin = {"admin": direct}
         all_acks = {"acks": "all", "enable.idempotence": True}
@@ -345,7 +343,7 @@ cluster {{
 
 
 @contextmanager
-def nats(root: Path) -> Iterator[list[Target]]:
+def nats(root: Path, warm_up_s: float) -> Iterator[list[Target]]:
     """A three-node JetStream cluster; streams are created with file storage and R3."""
     install_debian("nats-server")
     root.mkdir(parents=True, exist_ok=True)
@@ -416,7 +414,7 @@ def _wait_for_jetstream(
 
 
 @contextmanager
-def redis(root: Path) -> Iterator[list[Target]]:
+def redis(root: Path, warm_up_s: float) -> Iterator[list[Target]]:
     """One redis-server with the append-only file, fsynced every second."""
     install_debian("redis-server")
     root.mkdir(parents=True, exist_ok=True)
@@ -470,4 +468,4 @@ def _stop(processes: list[subprocess.Popen[bytes]]) -> None:
 
 
 SYSTEMS = {"shoal": shoal, "kafka": kafka, "nats": nats, "redis": redis}
-"""Each system's starter, in the order the suite runs them."""
+"""Each system's starter, in the order the suite runs them: ``starter(root, warm_up_s)``."""

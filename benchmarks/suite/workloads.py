@@ -72,6 +72,9 @@ class Sizes:
     partitions_records: int = 200_000
     http_records: int = 60_000
     http_warmup_records: int = 6_000
+    warm_up_s: float = 30.0
+    """Untimed load a Kafka-protocol system gets before its first target is measured
+    (:func:`~shoal.benchmarks.suite.systems.warm_up`)."""
 
     def scaled(self, factor: float) -> Sizes:
         def n(value: int) -> int:
@@ -90,6 +93,7 @@ class Sizes:
             partitions_records=n(self.partitions_records),
             http_records=n(self.http_records),
             http_warmup_records=n(self.http_warmup_records),
+            warm_up_s=max(2.0, self.warm_up_s * factor),
         )
 
 
