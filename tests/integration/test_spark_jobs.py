@@ -266,7 +266,7 @@ def test_topic_to_parquet_copies_every_record_once_and_resumes(
     args = [
         "--topic", TOPIC, "--output", str(output), "--checkpoint", str(checkpoint),
         # Several micro-batches per run.
-        "--max-offsets-per-trigger", "17", "--include-headers",
+        "--max-offsets-per-trigger", "40", "--include-headers",
         "--client-properties", str(shoal.properties),
     ]  # fmt: skip
 
@@ -274,7 +274,7 @@ def test_topic_to_parquet_copies_every_record_once_and_resumes(
     first = copied(output)
     assert first.keys() == shoal.produced.keys()
     batches = [p for p in (checkpoint / "commits").iterdir() if p.name.isdigit()]
-    assert len(batches) >= math.ceil(len(first) / 17), "maxOffsetsPerTrigger holds"
+    assert len(batches) >= math.ceil(len(first) / 40), "maxOffsetsPerTrigger holds"
 
     now = millis(datetime.now(UTC))
     shoal.produce([Record(b"delta", b"new %d" % i, now + i) for i in range(9)])
