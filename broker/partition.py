@@ -6,6 +6,11 @@ once the high watermark passes a batch, and says which followers should
 leave or join the ISR. As follower its log is written only by the replica
 fetcher, and its high watermark is the leader's, capped at its own log end.
 
+Transactions: as leader it writes the coordinator's markers
+(:meth:`Partition.append_marker`); read_committed consumers read below the
+last stable offset, which moves with the high watermark and with markers,
+and get the aborted transactions of what they read.
+
 The logic here is pure (an injected clock, no store, no sockets): the replica
 manager turns its ISR proposals into compare-and-swap writes, and the fetch
 handler feeds it follower positions. Owned by the event loop thread.
@@ -20,6 +25,7 @@ from dataclasses import dataclass, replace
 
 from shoal.broker.cluster.model import NodeId, PartitionState
 from shoal.broker.log.log import AppendInfo, FileSlice, Log
+from shoal.broker.log.txn_index import AbortedTxn
 
 NO_EPOCH = -1
 UNKNOWN_OFFSET = -1
@@ -65,6 +71,9 @@ class ReadInfo:
     high_watermark: int
     log_start_offset: int
     log_end_offset: int
+    last_stable_offset: int = UNKNOWN_OFFSET
+    aborted_transactions: tuple[AbortedTxn, ...] | None = None
+    """For read_committed reads: the aborted transactions overlapping the records."""
 
 
 @dataclass(slots=True)
@@ -196,17 +205,38 @@ class Partition:
 
     def append_as_leader(self, records: bytes, required_acks: int) -> AppendInfo:
         self.require_leader()
-        isr = self.state.isr
-        if required_acks == -1 and len(isr) < self.log.config.min_insync_replicas:
-            raise NotEnoughReplicasError(
-                f"{len(isr)} in-sync replicas is below min.insync.replicas"
-                f" ({self.log.config.min_insync_replicas})"
-            )
+        if required_acks == -1:
+            self._check_min_isr()
         info = self.log.append_as_leader(records, self.leader_epoch)
         if not info.duplicate:
             self.maybe_advance_high_watermark()
             self.wake()  # followers long-polling for new data
         return info
+
+    def append_marker(
+        self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int
+    ) -> AppendInfo:
+        """Write a transaction marker (WriteTxnMarkers), as leader, in the current leader
+        epoch. Raises NotLeaderError, NotEnoughReplicasError (Kafka writes markers with
+        acks=all, so min.insync.replicas applies), or the log's InvalidProducerEpochError
+        and TransactionCoordinatorFencedError; the caller waits for it with
+        :meth:`wait_for_commit`."""
+        self.require_leader()
+        self._check_min_isr()
+        info = self.log.append_marker(
+            producer_id, producer_epoch, commit, coordinator_epoch, self.leader_epoch
+        )
+        self.maybe_advance_high_watermark()
+        self.wake()
+        return info
+
+    def _check_min_isr(self) -> None:
+        isr = self.state.isr
+        if len(isr) < self.log.config.min_insync_replicas:
+            raise NotEnoughReplicasError(
+                f"{len(isr)} in-sync replicas is below min.insync.replicas"
+                f" ({self.log.config.min_insync_replicas})"
+            )
 
     async def wait_for_commit(self, next_offset: int, timeout_s: float) -> None:
         """acks=all: wait until the high watermark reaches ``next_offset``.
@@ -251,6 +281,7 @@ class Partition:
         ]
         candidate = min(end_offsets, default=self.log.log_end_offset)
         if candidate > self.log.high_watermark:
+            # The last stable offset moves with it: read_committed waiters wake too.
             self.log.high_watermark = candidate
             self.wake()
 
@@ -392,13 +423,37 @@ class Partition:
 
     # -- reads -------------------------------------------------------------------
 
-    def read(self, offset: int, max_bytes: int, min_one: bool, up_to_log_end: bool) -> ReadInfo:
-        """Records from ``offset``: below the high watermark for consumers,
-        below the log end for followers (``up_to_log_end``)."""
+    def read(
+        self,
+        offset: int,
+        max_bytes: int,
+        min_one: bool,
+        up_to_log_end: bool,
+        read_committed: bool = False,
+    ) -> ReadInfo:
+        """Records from ``offset``: below the high watermark for consumers, below the last
+        stable offset for read_committed ones (with the aborted transactions among
+        them), below the log end for followers (``up_to_log_end``)."""
         log = self.log
-        limit = log.log_end_offset if up_to_log_end else log.high_watermark
+        stable = log.last_stable_offset
+        if up_to_log_end:
+            limit = log.log_end_offset
+        else:
+            limit = stable if read_committed else log.high_watermark
         records = log.read(offset, max_bytes, limit, min_one)
-        return ReadInfo(records, log.high_watermark, log.log_start_offset, log.log_end_offset)
+        aborted: tuple[AbortedTxn, ...] | None = None
+        if read_committed:
+            aborted = ()
+            if records is not None:
+                aborted = tuple(log.collect_aborted_txns(offset, records.upper_offset))
+        return ReadInfo(
+            records,
+            log.high_watermark,
+            log.log_start_offset,
+            log.log_end_offset,
+            stable,
+            aborted,
+        )
 
     # -- waiting for data ----------------------------------------------------------
 

@@ -11,6 +11,10 @@ Semantics, as Kafka's:
 * ``max_bytes`` caps the response and ``partition_max_bytes`` each partition,
   except that the first partition with data returns its first batch whole
   even when it is larger (KIP-74), so a consumer never stalls on a big batch.
+* read_committed consumers (isolation_level 1) read below the last stable
+  offset, and get the aborted transactions (producer id, first offset)
+  overlapping what they read, so they can drop those records; every answer
+  carries the partition's real last stable offset.
 * Fetch sessions (KIP-227) are not offered: every answer carries session id
   0, which tells the client to keep sending full fetch requests.
 * A consumer fetching with a version below 10 from a topic whose
@@ -39,12 +43,14 @@ from shoal.broker.handlers.base import (
     error,
 )
 from shoal.broker.log.log import FileSlice, OffsetOutOfRangeError
+from shoal.broker.log.txn_index import AbortedTxn
 from shoal.broker.partition import Partition, PartitionError
 
 from shoal.wire import ErrorCode, FileRegion, RecordsSplicer
 
 ZSTD_MIN_VERSION: Final = 10
 """The first Fetch version whose clients read zstd (KIP-110)."""
+READ_COMMITTED: Final = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +72,8 @@ class _Result:
     high_watermark: int = -1
     log_start_offset: int = -1
     records: FileSlice | None = None
+    last_stable_offset: int = -1
+    aborted: tuple[AbortedTxn, ...] | None = None
 
 
 async def handle_fetch(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
@@ -86,10 +94,13 @@ async def handle_fetch(services: BrokerServices, ctx: RequestContext, request: A
         )
     elif version < ZSTD_MIN_VERSION:
         refused = dict.fromkeys(_zstd_topics(services, wanted), E.unsupported_compression_type)
+    read_committed = replica_id < 0 and getattr(request, "isolation_level", 0) == READ_COMMITTED
     loop = asyncio.get_running_loop()
     deadline = loop.time() + request.max_wait.total_seconds()
     while True:
-        results = _read_all(services, wanted, request.max_bytes, replica_id >= 0, refused)
+        results = _read_all(
+            services, wanted, request.max_bytes, replica_id >= 0, read_committed, refused
+        )
         available = sum(r.records.size for r in results if r.records is not None)
         remaining = deadline - loop.time()
         done = available >= request.min_bytes or any(r.code is not E.none for r in results)
@@ -162,6 +173,7 @@ def _read_all(
     wanted: list[_Wanted],
     max_bytes: int,
     to_log_end: bool,
+    read_committed: bool,
     refused: dict[_Wanted, ErrorCode],
 ) -> list[_Result]:
     budget = max_bytes
@@ -171,7 +183,9 @@ def _read_all(
         if want in refused:
             results.append(_Result(want, refused[want]))
             continue
-        result = _read_one(services, want, min(want.max_bytes, budget), first, to_log_end)
+        result = _read_one(
+            services, want, min(want.max_bytes, budget), first, to_log_end, read_committed
+        )
         if result.records is not None:
             budget = max(0, budget - result.records.size)
             first = False
@@ -180,7 +194,12 @@ def _read_all(
 
 
 def _read_one(
-    services: BrokerServices, want: _Wanted, max_bytes: int, min_one: bool, to_log_end: bool
+    services: BrokerServices,
+    want: _Wanted,
+    max_bytes: int,
+    min_one: bool,
+    to_log_end: bool,
+    read_committed: bool,
 ) -> _Result:
     if want.name is None:
         return _Result(want, E.unknown_topic_id)
@@ -191,11 +210,25 @@ def _read_one(
     except PartitionError as exc:
         return _Result(want, error(exc.code))
     try:
-        info = partition.read(want.offset, max_bytes, min_one, to_log_end)
+        info = partition.read(want.offset, max_bytes, min_one, to_log_end, read_committed)
     except OffsetOutOfRangeError:
         log = partition.log
-        return _Result(want, E.offset_out_of_range, log.high_watermark, log.log_start_offset)
-    return _Result(want, E.none, info.high_watermark, info.log_start_offset, info.records)
+        return _Result(
+            want,
+            E.offset_out_of_range,
+            log.high_watermark,
+            log.log_start_offset,
+            last_stable_offset=log.last_stable_offset,
+        )
+    return _Result(
+        want,
+        E.none,
+        info.high_watermark,
+        info.log_start_offset,
+        info.records,
+        info.last_stable_offset,
+        info.aborted_transactions,
+    )
 
 
 async def _wait_for_data(partitions: set[Partition], seconds: float) -> None:
@@ -209,10 +242,17 @@ async def _wait_for_data(partitions: set[Partition], seconds: float) -> None:
             partition.remove_waiter(waiter)
 
 
+def _aborted(api: Any, result: _Result) -> tuple[Any, ...]:
+    return tuple(
+        api.make("AbortedTransaction", producer_id=t.producer_id, first_offset=t.first_offset)
+        for t in result.aborted or ()
+    )
+
+
 def _response(ctx: RequestContext, request: Any, results: list[_Result]) -> Spliced:
     api = ctx.api
     splicer = RecordsSplicer()
-    read_committed = getattr(request, "isolation_level", 0) == 1
+    read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
     by_topic: dict[tuple[str | None, uuid.UUID | None], list[Any]] = {}
     for result in results:
         want = result.wanted
@@ -226,9 +266,9 @@ def _response(ctx: RequestContext, request: Any, results: list[_Result]) -> Spli
                 partition_index=want.index,
                 error_code=result.code,
                 high_watermark=result.high_watermark,
-                last_stable_offset=result.high_watermark,
+                last_stable_offset=result.last_stable_offset,
                 log_start_offset=result.log_start_offset,
-                aborted_transactions=() if read_committed else None,
+                aborted_transactions=_aborted(api, result) if read_committed else None,
                 preferred_read_replica=-1,
                 records=records,
             )

@@ -1,11 +1,12 @@
 """ListOffsets (2) and OffsetForLeaderEpoch (23): positions in a partition's log.
 
 ListOffsets' special timestamps are Kafka's: -1 latest (the high watermark,
-what a consumer can read), -2 earliest (the log start offset), -3 the record
+what a consumer can read; the last stable offset for a read_committed one,
+isolation_level 1), -2 earliest (the log start offset), -3 the record
 with the largest timestamp (KIP-734), -4 the earliest local offset (KIP-405;
 every offset is local here, so it is the log start). Any other timestamp
-finds the first record at or after it, below the high watermark; none gives
-offset and timestamp -1.
+finds the first record at or after it, below the high watermark (the last
+stable offset for read_committed); none gives offset and timestamp -1.
 """
 
 from __future__ import annotations
@@ -25,25 +26,32 @@ MAX_TIMESTAMP: Final = -3
 EARLIEST_LOCAL: Final = -4
 
 
-def list_offset(partition: Partition, timestamp: int) -> TimestampOffset | None:
+READ_COMMITTED: Final = 1
+
+
+def list_offset(
+    partition: Partition, timestamp: int, read_committed: bool = False
+) -> TimestampOffset | None:
     log = partition.log
     if timestamp in (EARLIEST, EARLIEST_LOCAL):
         start = log.log_start_offset
         return TimestampOffset(-1, start, log.epochs.epoch_for_offset(start))
+    fetchable = log.last_stable_offset if read_committed else partition.high_watermark
     if timestamp == LATEST:
-        return TimestampOffset(-1, partition.high_watermark, log.epochs.latest_epoch)
+        return TimestampOffset(-1, fetchable, log.epochs.latest_epoch)
     found = (
         log.offset_of_max_timestamp()
         if timestamp == MAX_TIMESTAMP
         else (log.offset_for_timestamp(timestamp))
     )
-    if found is None or found.offset >= partition.high_watermark:
+    if found is None or found.offset >= fetchable:
         return None
     return found
 
 
 async def handle_list_offsets(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     api = ctx.api
+    read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
     topics = []
     for topic in request.topics:
         results = []
@@ -54,7 +62,7 @@ async def handle_list_offsets(services: BrokerServices, ctx: RequestContext, req
                 partition = services.partition(topic.name, p.partition_index)
                 partition.require_leader()
                 partition.check_epoch(getattr(p, "current_leader_epoch", -1))
-                found = list_offset(partition, p.timestamp)
+                found = list_offset(partition, p.timestamp, read_committed)
             except PartitionError as exc:
                 code = error(exc.code)
             except (InvalidBatchError, CompressionError):

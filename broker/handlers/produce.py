@@ -4,9 +4,13 @@ Kafka's rules for v3 and later: exactly one magic-2 batch per partition;
 zstd only from v7; acks must be 0, 1 or -1; nothing from clients into
 internal topics. Batches of idempotent producers are checked against their
 producer's sequence (a retry is answered with its original offset and not
-stored twice). With acks=all the answer waits until the high watermark
-passes the batch (a retry too: its first attempt may not be committed yet),
-and fails with NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR shrank below
+stored twice). Transactional batches open or continue their producer's
+transaction; a plain batch from a producer with an open transaction is
+INVALID_TXN_STATE, an older producer epoch INVALID_PRODUCER_EPOCH (the
+producer state's errors carry their Kafka code). With acks=all the answer
+waits until the high watermark passes the batch (a retry too: its first
+attempt may not be committed yet), and fails with
+NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR shrank below
 ``min.insync.replicas`` meanwhile, NOT_LEADER_OR_FOLLOWER if leadership moved,
 or REQUEST_TIMED_OUT after the request's timeout. Errors are per partition. With
 acks=0 the client reads no response, so an error closes the connection
@@ -33,7 +37,6 @@ from shoal.broker.log.log import (
     CorruptRecordError,
     InvalidRecordError,
     InvalidTimestampError,
-    InvalidTxnStateError,
     Log,
     LogError,
     RecordTooLargeError,
@@ -54,7 +57,6 @@ _LOG_ERRORS: Final[dict[type[LogError], ErrorCode]] = {
     InvalidRecordError: E.invalid_record,
     RecordTooLargeError: E.message_too_large,
     InvalidTimestampError: E.invalid_timestamp,
-    InvalidTxnStateError: E.invalid_txn_state,
 }
 
 

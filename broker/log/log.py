@@ -21,6 +21,17 @@ thread and touches shared state only before and after. The log cleaner
 threads through duplicated file descriptors and changes the segment list
 only on the loop, through :meth:`replace_segments`.
 
+Transactions (KIP-98): the producer state tracks open transactions; the
+coordinator closes them with :meth:`Log.append_marker`; an abort is noted in
+the aborted transaction index of the segment that gets its marker
+(:mod:`shoal.broker.log.txn_index`), which :meth:`Log.collect_aborted_txns`
+searches for read_committed fetches. Two more offsets then::
+
+    first unstable offset  first offset of the oldest open transaction, or of
+                           a closed one whose marker is not yet replicated
+    last stable offset     min(first unstable offset, high watermark): what
+                           read_committed consumers may read
+
 Offsets have gaps once a compacted log is cleaned: a batch keeps its offsets
 but may lose records, and batches may go. Every lookup by offset therefore
 means "the batch holding it, or the first one after it".
@@ -41,9 +52,11 @@ from typing import BinaryIO
 from crc32c import crc32c
 from shoal.broker.log.config import LogConfig
 from shoal.broker.log.epochs import LeaderEpochCache
-from shoal.broker.log.producer_state import BatchMetadata, ProducerStateManager
+from shoal.broker.log.markers import build_marker, read_marker
+from shoal.broker.log.producer_state import BatchMetadata, CompletedTxn, ProducerStateManager
 from shoal.broker.log.recovery import load_segments
 from shoal.broker.log.segment import BatchLocation, LogSegment
+from shoal.broker.log.txn_index import AbortedTxn
 from typing_extensions import Buffer
 
 from shoal.records import (
@@ -98,10 +111,6 @@ class CorruptRecordError(LogError):
     pass
 
 
-class InvalidTxnStateError(LogError):
-    """A transactional batch: transactions are not supported yet."""
-
-
 @dataclass(frozen=True, slots=True)
 class AppendInfo:
     first_offset: int
@@ -121,6 +130,8 @@ class FileSlice:
     file: BinaryIO
     position: int
     size: int
+    upper_offset: int = -1
+    """No record here is at or past this offset (the read's limit, or its segment's end)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,11 +178,13 @@ class Log:
         self._bases = [s.base_offset for s in self.segments]
         self.log_start_offset = max(log_start_offset, self.segments[0].base_offset)
         self.recovery_point = min(recovery_point, self.log_end_offset)
-        self.high_watermark = min(max(high_watermark, self.log_start_offset), self.log_end_offset)
+        self.producer_state = ProducerStateManager(directory)
+        self._high_watermark = min(max(high_watermark, self.log_start_offset), self.log_end_offset)
         self.epochs = LeaderEpochCache(directory)
         self.epochs.truncate_from_end(self.log_end_offset)
-        self.producer_state = ProducerStateManager(directory)
-        self._rebuild_producer_state()
+        # After a crash, replay from the recovery point at least: the aborted
+        # transaction indexes may have lost entries past it that the log kept.
+        self._rebuild_producer_state(None if clean_shutdown else self.recovery_point)
         self.unflushed_messages = 0
         self.last_flush_ms = clock()
         self._flush_lock = asyncio.Lock()
@@ -179,17 +192,37 @@ class Log:
         self.truncation_listeners: list[Callable[[int], None]] = []
         """Told the new log end after a truncation (the cleaner's checkpoint must not exceed it)."""
 
-    def _rebuild_producer_state(self) -> None:
-        """Newest snapshot at or below the log end, then the batch headers after it."""
-        start = max(self.producer_state.load(self.log_end_offset), self.log_start_offset)
+    def _rebuild_producer_state(self, replay_from: int | None = None) -> None:
+        """Newest snapshot at or below the log end (and ``replay_from``), then the batches
+        after it: data batch headers, and markers, which re-add the aborts they find to
+        their segment's index."""
+        loaded = self.producer_state.load(self.log_end_offset, replay_from)
+        start = max(loaded, self.log_start_offset)
         for segment in self.segments:
             if segment.next_offset <= start:
                 continue
             _, position = segment.offset_index.lookup(start)
-            self.producer_state.replay(
-                location.header
-                for location in segment.scan(position)
-                if location.header.base_offset >= start and location.header.producer_id >= 0
+            for location in segment.scan(position):
+                header = location.header
+                if header.base_offset < start or header.producer_id < 0:
+                    continue
+                if header.is_control:
+                    self._replay_marker(segment, segment.read_batch(location), header)
+                else:
+                    self.producer_state.update(header)
+        self.producer_state.on_high_watermark(self.high_watermark)
+
+    def _replay_marker(self, segment: LogSegment, batch: Buffer, header: BatchHeader) -> None:
+        marker = read_marker(memoryview(batch))
+        if marker is not None:
+            txn = self.producer_state.complete_txn(header, marker.commit, marker.coordinator_epoch)
+            self._index_if_aborted(segment, txn)
+
+    def _index_if_aborted(self, segment: LogSegment, txn: CompletedTxn) -> None:
+        if txn.aborted:
+            lso = self.producer_state.last_stable_offset_after(txn)
+            segment.txn_index.append(
+                AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset, lso)
             )
 
     def update_config(self, config: LogConfig) -> None:
@@ -211,6 +244,27 @@ class Log:
     @property
     def size(self) -> int:
         return sum(s.size for s in self.segments)
+
+    @property
+    def high_watermark(self) -> int:
+        return self._high_watermark
+
+    @high_watermark.setter
+    def high_watermark(self, value: int) -> None:
+        self._high_watermark = value
+        self.producer_state.on_high_watermark(value)
+
+    @property
+    def first_unstable_offset(self) -> int | None:
+        first = self.producer_state.first_unstable_offset
+        # DeleteRecords may have moved the start past an open transaction's beginning.
+        return None if first is None else max(first, self.log_start_offset)
+
+    @property
+    def last_stable_offset(self) -> int:
+        """What read_committed consumers may read: below every unresolved transaction."""
+        first = self.first_unstable_offset
+        return self.high_watermark if first is None else min(first, self.high_watermark)
 
     def _segment_index(self, offset: int) -> int:
         return max(0, bisect_right(self._bases, offset) - 1)
@@ -286,6 +340,44 @@ class Log:
         self.unflushed_messages += count
         return AppendInfo(first_offset, offset - 1, log_append_time, count, max_timestamp)
 
+    def append_marker(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        coordinator_epoch: int,
+        leader_epoch: int,
+    ) -> AppendInfo:
+        """Write the marker that commits or aborts ``producer_id``'s transaction.
+
+        Raises InvalidProducerEpochError or TransactionCoordinatorFencedError
+        (a zombie producer's epoch, or a coordinator that lost its partition)
+        and appends nothing then. A producer with no open transaction here
+        gets its marker anyway, as from Kafka: the coordinator retries.
+        """
+        self.producer_state.check_marker(producer_id, producer_epoch, coordinator_epoch)
+        now = self.clock()
+        offset = self.log_end_offset
+        batch = build_marker(
+            producer_id, producer_epoch, commit, coordinator_epoch, now, offset, leader_epoch
+        )
+        header = parse_header(batch)
+        if self.active.should_roll(header.size, header.max_timestamp, now):
+            self.roll()
+        self.active.append([batch], [header])
+        txn = self.producer_state.complete_txn(header, commit, coordinator_epoch)
+        self._index_if_aborted(self.active, txn)
+        self.epochs.assign(leader_epoch, offset)
+        self.unflushed_messages += 1
+        log.debug(
+            "event=txn_marker_appended dir=%s producer_id=%d commit=%s offset=%d",
+            self.directory.name,
+            producer_id,
+            commit,
+            offset,
+        )
+        return AppendInfo(offset, offset, NO_TIMESTAMP, 1, header.max_timestamp)
+
     def in_topic_codec(
         self,
         batch: Buffer,
@@ -356,20 +448,25 @@ class Log:
         if self.active.should_roll(end, max_timestamp, self.clock()):
             self.roll()
         first_offset = self.log_end_offset
-        self.active.append([view[:end]], headers)
-        for header in headers:
-            self.producer_state.update(header)
+        segment = self.active
+        segment.append([view[:end]], headers)
+        for position, header in batches:
+            if header.is_control:
+                if header.producer_id >= 0:
+                    self._replay_marker(segment, view[position : position + header.size], header)
+            else:
+                self.producer_state.update(header)
             self.epochs.assign(header.partition_leader_epoch, header.base_offset)
         self.unflushed_messages += self.log_end_offset - first_offset
         return self.log_end_offset
 
     def _check_producers(self, headers: list[BatchHeader]) -> BatchMetadata | None:
         """Idempotence: the stored batch a lone retry duplicates; raises for gaps and old epochs."""
+        if any(h.is_transactional and h.producer_id < 0 for h in headers):
+            raise InvalidRecordError("a transactional batch needs a producer id")
         idempotent = [h for h in headers if h.producer_id >= 0]
         if not idempotent:
             return None
-        if any(h.is_transactional for h in idempotent):
-            raise InvalidTxnStateError("transactions are not supported yet")
         duplicates = self.producer_state.check_append(idempotent)
         found = [d for d in duplicates if d is not None]
         if found and len(headers) > 1:
@@ -472,8 +569,24 @@ class Log:
                 if not min_one:
                     return None
                 end = location.position + location.header.size
-            return FileSlice(segment.file, location.position, end - location.position)
+            upper = min(max_offset, segment.next_offset)
+            return FileSlice(segment.file, location.position, end - location.position, upper)
         return None
+
+    def collect_aborted_txns(self, start: int, end: int) -> list[AbortedTxn]:
+        """The aborted transactions with data in [start, end), oldest marker first.
+
+        Their markers are at or after ``start``, so the search begins in the
+        segment holding it; it ends at an entry written when every
+        transaction beginning below ``end`` was resolved.
+        """
+        found: list[AbortedTxn] = []
+        for segment in self.segments[self._segment_index(start) :]:
+            entries, complete = segment.txn_index.collect(start, end)
+            found += entries
+            if complete:
+                break
+        return found
 
     def _read_end(
         self, segment: LogSegment, first: BatchLocation, max_bytes: int, max_offset: int
@@ -689,7 +802,7 @@ class Log:
         self.log_start_offset = offset
         self.recovery_point = offset
         self.high_watermark = offset
-        self.producer_state.producers.clear()
+        self.producer_state.clear()
         self.producer_state.truncate_snapshots_after(-1)
         self.epochs.truncate_from_end(0)
         for listener in self.truncation_listeners:

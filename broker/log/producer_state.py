@@ -12,7 +12,24 @@ Kafka's rules (ProducerStateManager, ProducerAppendInfo):
   partition has no state for (new, or expired) may start anywhere.
 * An epoch older than the producer's current one is fenced
   (INVALID_PRODUCER_EPOCH).
-* A producer silent for ``producer.id.expiration.ms`` is forgotten.
+* A producer silent for ``producer.id.expiration.ms`` is forgotten, unless
+  its transaction is still open.
+
+Transactions (KIP-98), as Kafka's ProducerAppendInfo and ProducerStateManager:
+
+* A transactional batch opens the producer's transaction at its first
+  offset, or continues the open one. A non-transactional batch from a
+  producer with an open transaction is INVALID_TXN_STATE. Transactional
+  batches the broker writes itself (the group coordinator's offset commits)
+  carry base sequence -1 and skip the sequence checks.
+* A control batch (an end transaction marker from the coordinator) closes
+  it; it is fenced when its producer epoch is older than the producer's
+  (INVALID_PRODUCER_EPOCH) or its coordinator epoch older than the last one
+  seen (TRANSACTION_COORDINATOR_FENCED).
+* A closed transaction stays unstable until the high watermark passes its
+  marker (it could still be lost with a leader change); the first unstable
+  offset is the first offset of the oldest open or unstable transaction, and
+  bounds what read_committed consumers see (the last stable offset).
 
 The state survives restarts as Kafka keeps it: ``<offset>.snapshot`` files in
 the partition directory, written when a segment rolls and at clean shutdown,
@@ -64,6 +81,14 @@ class InvalidProducerEpochError(ProducerStateError):
     code = "invalid_producer_epoch"
 
 
+class InvalidTxnStateError(ProducerStateError):
+    code = "invalid_txn_state"
+
+
+class TransactionCoordinatorFencedError(ProducerStateError):
+    code = "transaction_coordinator_fenced"
+
+
 class SnapshotCorruptError(ValueError):
     pass
 
@@ -90,10 +115,34 @@ class ProducerEntry:
     epoch: int
     batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=CACHED_BATCHES))
     last_timestamp: int = -1
+    coordinator_epoch: int = -1
+    """Of the last marker written for this producer: an older one is a fenced coordinator's."""
+    current_txn_first_offset: int = -1
+    """First offset of the producer's open transaction; -1 when none is open."""
 
     @property
     def last_sequence(self) -> int:
         return self.batches[-1].last_sequence if self.batches else NO_SEQUENCE
+
+    def copy(self) -> ProducerEntry:
+        return ProducerEntry(
+            self.producer_id,
+            self.epoch,
+            deque(self.batches, maxlen=CACHED_BATCHES),
+            self.last_timestamp,
+            self.coordinator_epoch,
+            self.current_txn_first_offset,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class CompletedTxn:
+    """A transaction its marker closed: data from ``first_offset``, marker at ``last_offset``."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    aborted: bool
 
 
 def snapshot_path(directory: Path, offset: int) -> Path:
@@ -110,13 +159,18 @@ class ProducerStateManager:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self.producers: dict[int, ProducerEntry] = {}
+        self.ongoing: dict[int, int] = {}
+        """First offset -> producer id of every open transaction."""
+        self.unreplicated: dict[int, CompletedTxn] = {}
+        """First offset -> closed transactions whose marker is not yet below the high watermark."""
 
     def check(self, header: BatchHeader) -> BatchMetadata | None:
-        """Validate an idempotent batch before it is appended.
+        """Validate a data batch with a producer id before it is appended.
 
         Returns the stored batch when this one is a retry of it (append
         nothing, answer with its offsets), None when it may be appended;
-        raises InvalidProducerEpochError or OutOfOrderSequenceError.
+        raises InvalidProducerEpochError, InvalidTxnStateError or
+        OutOfOrderSequenceError.
         """
         first = header.base_sequence
         last = next_sequence(first, header.last_offset_delta)
@@ -130,6 +184,13 @@ class ProducerStateManager:
                 f"producer {header.producer_id} epoch {header.producer_epoch} is older than"
                 f" {entry.epoch}"
             )
+        if not header.is_transactional and entry.current_txn_first_offset >= 0:
+            raise InvalidTxnStateError(
+                f"producer {header.producer_id} sent a non-transactional batch while its"
+                f" transaction from offset {entry.current_txn_first_offset} is open"
+            )
+        if _internal(header):
+            return None
         if header.producer_epoch > entry.epoch:
             if first != 0:
                 raise OutOfOrderSequenceError(
@@ -147,7 +208,7 @@ class ProducerStateManager:
         return None
 
     def check_append(self, headers: Iterable[BatchHeader]) -> list[BatchMetadata | None]:
-        """:meth:`check` for the idempotent batches of one append, in order.
+        """:meth:`check` for the data batches of one append, in order.
 
         As Kafka's ProducerAppendInfo: each batch is checked against the state
         the batches before it in the same append would leave, so a producer's
@@ -159,90 +220,166 @@ class ProducerStateManager:
             pid = header.producer_id
             stored = self.producers.get(pid)
             if pid not in staged.producers and stored is not None:
-                staged.producers[pid] = ProducerEntry(
-                    pid,
-                    stored.epoch,
-                    deque(stored.batches, maxlen=CACHED_BATCHES),
-                    stored.last_timestamp,
-                )
+                staged.producers[pid] = stored.copy()
             found = staged.check(header)
             if found is None:
                 staged.update(header)
             results.append(found)
         return results
 
+    def check_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int) -> None:
+        """May a marker with these epochs be written? Raises the fencing error if not."""
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            return
+        if producer_epoch < entry.epoch:
+            raise InvalidProducerEpochError(
+                f"marker for producer {producer_id} has epoch {producer_epoch},"
+                f" older than {entry.epoch}"
+            )
+        if coordinator_epoch < entry.coordinator_epoch:
+            raise TransactionCoordinatorFencedError(
+                f"marker for producer {producer_id} from coordinator epoch {coordinator_epoch},"
+                f" older than {entry.coordinator_epoch}"
+            )
+
+    def _entry_for(self, producer_id: int, epoch: int) -> ProducerEntry:
+        """The producer's entry, restarted (no batches) when ``epoch`` is newer; a bump
+        keeps the open transaction and coordinator epoch, as Kafka's maybeUpdateProducerEpoch."""
+        entry = self.producers.get(producer_id)
+        if entry is None or epoch > entry.epoch:
+            fresh = ProducerEntry(producer_id, epoch)
+            if entry is not None:
+                fresh.last_timestamp = entry.last_timestamp
+                fresh.coordinator_epoch = entry.coordinator_epoch
+                fresh.current_txn_first_offset = entry.current_txn_first_offset
+            self.producers[producer_id] = entry = fresh
+        return entry
+
     def update(self, header: BatchHeader) -> None:
-        """Record an appended batch (``header`` carries its assigned offsets)."""
+        """Record an appended data batch (``header`` carries its assigned offsets)."""
         if header.producer_id < 0:
             return
-        entry = self.producers.get(header.producer_id)
-        if entry is None or header.producer_epoch > entry.epoch:
-            entry = ProducerEntry(header.producer_id, header.producer_epoch)
-            self.producers[header.producer_id] = entry
-        entry.batches.append(
-            BatchMetadata(
-                header.base_sequence,
-                next_sequence(header.base_sequence, header.last_offset_delta),
-                header.base_offset,
-                header.last_offset,
-                header.max_timestamp,
+        entry = self._entry_for(header.producer_id, header.producer_epoch)
+        if not _internal(header):
+            entry.batches.append(
+                BatchMetadata(
+                    header.base_sequence,
+                    next_sequence(header.base_sequence, header.last_offset_delta),
+                    header.base_offset,
+                    header.last_offset,
+                    header.max_timestamp,
+                )
             )
-        )
         entry.last_timestamp = max(entry.last_timestamp, header.max_timestamp)
+        if header.is_transactional and entry.current_txn_first_offset < 0:
+            entry.current_txn_first_offset = header.base_offset
+            self.ongoing[header.base_offset] = header.producer_id
 
-    def replay(self, headers: Iterable[BatchHeader]) -> None:
-        for header in headers:
-            self.update(header)
+    def complete_txn(
+        self, header: BatchHeader, commit: bool, coordinator_epoch: int
+    ) -> CompletedTxn:
+        """Record an appended marker (``header`` is its control batch's): the transaction it
+        closed, which stays unstable until :meth:`on_high_watermark` passes the marker."""
+        entry = self._entry_for(header.producer_id, header.producer_epoch)
+        entry.coordinator_epoch = coordinator_epoch
+        entry.last_timestamp = max(entry.last_timestamp, header.max_timestamp)
+        first = entry.current_txn_first_offset
+        if first >= 0:
+            self.ongoing.pop(first, None)
+        else:
+            first = header.base_offset  # a marker with no data before it here
+        entry.current_txn_first_offset = -1
+        txn = CompletedTxn(header.producer_id, first, header.base_offset, not commit)
+        self.unreplicated[first] = txn
+        return txn
+
+    def last_stable_offset_after(self, txn: CompletedTxn) -> int:
+        """The LSO once ``txn`` is closed (its txn index entry's): Kafka's lastStableOffset."""
+        return min(self.ongoing, default=txn.last_offset + 1)
+
+    def on_high_watermark(self, high_watermark: int) -> None:
+        """Closed transactions whose marker is below the high watermark become stable."""
+        for first, txn in list(self.unreplicated.items()):
+            if txn.last_offset < high_watermark:
+                del self.unreplicated[first]
+
+    @property
+    def first_unstable_offset(self) -> int | None:
+        """First offset of the oldest open or unreplicated transaction, None if there is none."""
+        return min((*self.ongoing, *self.unreplicated), default=None)
 
     def expire(self, now_ms: int, expiration_ms: int) -> int:
         doomed = [
             pid
             for pid, entry in self.producers.items()
-            if now_ms - entry.last_timestamp >= expiration_ms
+            if now_ms - entry.last_timestamp >= expiration_ms and entry.current_txn_first_offset < 0
         ]
         for pid in doomed:
             del self.producers[pid]
         return len(doomed)
 
+    def clear(self) -> None:
+        self.producers.clear()
+        self.ongoing.clear()
+        self.unreplicated.clear()
+
     # -- snapshots ---------------------------------------------------------------
 
     def write_snapshot(self, offset: int) -> None:
-        entries = [e for e in self.producers.values() if e.batches]
+        # As Kafka, entries without batches too (a producer only a marker has
+        # touched, an internal transaction): their epochs and open transactions count.
+        entries = list(self.producers.values())
         body = bytearray(_COUNT.pack(len(entries)))
         for entry in entries:
-            last = entry.batches[-1]
+            if entry.batches:
+                last = entry.batches[-1]
+                sequence, last_offset = last.last_sequence, last.last_offset
+                delta = last.last_offset - last.first_offset
+            else:
+                sequence, last_offset, delta = NO_SEQUENCE, -1, 0
             body += _ENTRY.pack(
                 entry.producer_id,
                 entry.epoch,
-                last.last_sequence,
-                last.last_offset,
-                last.last_offset - last.first_offset,
+                sequence,
+                last_offset,
+                delta,
                 entry.last_timestamp,
-                -1,
-                -1,
+                entry.coordinator_epoch,
+                entry.current_txn_first_offset,
             )
         data = _HEAD.pack(SNAPSHOT_VERSION, crc32c(bytes(body))) + bytes(body)
         write_atomically_bytes(snapshot_path(self.directory, offset), data)
         for old in snapshot_offsets(self.directory)[:-SNAPSHOTS_KEPT]:
             snapshot_path(self.directory, old).unlink(missing_ok=True)
 
-    def load(self, log_end_offset: int) -> int:
-        """Load the newest usable snapshot at or below the log end; returns its offset (or 0).
+    def load(self, log_end_offset: int, at_most: int | None = None) -> int:
+        """Load the newest usable snapshot at or below the log end (and ``at_most``);
+        returns its offset (or 0).
 
         Snapshots past the log end (from before a truncation) and corrupt ones
         are deleted; the caller replays batches from the returned offset on.
+        Open transactions come back from the entries; closed ones not yet
+        replicated do not (as in Kafka: the snapshot is of a stable point).
         """
-        self.producers.clear()
+        self.clear()
         for offset in reversed(snapshot_offsets(self.directory)):
             path = snapshot_path(self.directory, offset)
             if offset > log_end_offset:
                 path.unlink(missing_ok=True)
+                continue
+            if at_most is not None and offset > at_most:
                 continue
             try:
                 self.producers = _read_snapshot(path.read_bytes())
             except SnapshotCorruptError:
                 path.unlink(missing_ok=True)
                 continue
+            self.ongoing = {
+                e.current_txn_first_offset: pid
+                for pid, e in self.producers.items()
+                if e.current_txn_first_offset >= 0
+            }
             return offset
         return 0
 
@@ -250,6 +387,11 @@ class ProducerStateManager:
         for snap in snapshot_offsets(self.directory):
             if snap > offset:
                 snapshot_path(self.directory, snap).unlink(missing_ok=True)
+
+
+def _internal(header: BatchHeader) -> bool:
+    """A transactional batch the broker wrote itself (no sequence to check)."""
+    return header.is_transactional and header.base_sequence == NO_SEQUENCE
 
 
 def _read_snapshot(data: bytes) -> dict[int, ProducerEntry]:
@@ -264,13 +406,20 @@ def _read_snapshot(data: bytes) -> dict[int, ProducerEntry]:
         raise SnapshotCorruptError("snapshot size does not match its entry count")
     producers = {}
     for i in range(count):
-        pid, epoch, last_seq, last_offset, delta, timestamp, _, _ = _ENTRY.unpack_from(
-            body, _COUNT.size + i * _ENTRY.size
+        pid, epoch, last_seq, last_offset, delta, timestamp, coordinator_epoch, txn_first = (
+            _ENTRY.unpack_from(body, _COUNT.size + i * _ENTRY.size)
         )
-        entry = ProducerEntry(pid, epoch, last_timestamp=timestamp)
-        first_seq = (last_seq - delta) % (INT_MAX + 1)
-        entry.batches.append(
-            BatchMetadata(first_seq, last_seq, last_offset - delta, last_offset, timestamp)
+        entry = ProducerEntry(
+            pid,
+            epoch,
+            last_timestamp=timestamp,
+            coordinator_epoch=coordinator_epoch,
+            current_txn_first_offset=txn_first,
         )
+        if last_offset >= 0 and last_seq != NO_SEQUENCE:
+            first_seq = (last_seq - delta) % (INT_MAX + 1)
+            entry.batches.append(
+                BatchMetadata(first_seq, last_seq, last_offset - delta, last_offset, timestamp)
+            )
         producers[pid] = entry
     return producers

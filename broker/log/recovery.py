@@ -17,7 +17,13 @@ What a crash can leave, and what loading does about it:
   segment is discarded (the segments it was cleaned from are all still
   there); a ``.log.swap`` segment replaces the segments whose base offsets
   fall inside its range, and its indexes are rebuilt, as Kafka's LogLoader
-  finishes a swap.
+  finishes a swap. The cleaned segment's ``.txnindex`` cannot be rebuilt from
+  its log, so it travels with the swap: renamed to ``.txnindex.swap`` before
+  the log's commit rename and live before the old segments' files go, it
+  replaces theirs (a live one without its ``.swap`` is the new one already).
+* Aborted transaction indexes of segments recovered after a crash are cut
+  at the recovered end here; the log re-adds what they miss while it
+  replays producer state from the recovery point (:mod:`shoal.broker.log.txn_index`).
 
 After a clean shutdown the recovery point is trusted, but the active
 segment's tail is still walked header by header, so a file cut by hand
@@ -45,13 +51,14 @@ from shoal.broker.log.segment import (
     LogSegment,
     base_offset_of,
 )
+from shoal.broker.log.txn_index import TXN_INDEX_SUFFIX
 
 from shoal.records import InvalidBatchError, validate_batch
 
 log = logging.getLogger(__name__)
 
 _LEFTOVER_SUFFIXES = (DELETED_SUFFIX, ".tmp", CLEANED_SUFFIX, SWAP_SUFFIX)
-_SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+_SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,9 +95,18 @@ def complete_swaps(directory: Path) -> int:
         log.info("event=cleaned_segment_discarded path=%s", path)
         path.unlink(missing_ok=True)
     swaps = sorted(directory.glob("*" + LOG_SUFFIX + SWAP_SUFFIX))
+    swap_bases = {base_offset_of(p) for p in swaps}
+    txn_swaps: dict[int, Path] = {}
     for path in directory.glob("*" + SWAP_SUFFIX):
-        if path not in swaps:
-            path.unlink()  # an index: rebuilt from the log below
+        if path in swaps:
+            continue
+        if (
+            path.name.endswith(TXN_INDEX_SUFFIX + SWAP_SUFFIX)
+            and base_offset_of(path) in swap_bases
+        ):
+            txn_swaps[base_offset_of(path)] = path
+            continue
+        path.unlink()  # an offset or time index: rebuilt from the log below
     for swap in swaps:
         base = base_offset_of(swap)
         end = _next_offset(swap, base)
@@ -104,9 +120,14 @@ def complete_swaps(directory: Path) -> int:
             if not path.name.endswith(_SEGMENT_SUFFIXES):
                 continue
             offset = base_offset_of(path)
+            if offset == base and path.name.endswith(TXN_INDEX_SUFFIX) and base not in txn_swaps:
+                continue  # the cleaned segment's, renamed live before the crash
             if base <= offset < end or (offset == base and not path.name.endswith(LOG_SUFFIX)):
                 log.info("event=cleaned_away_segment_removed path=%s", path)
                 path.unlink()
+        if base in txn_swaps:
+            txn_swap = txn_swaps.pop(base)
+            os.replace(txn_swap, txn_swap.with_name(txn_swap.name.removesuffix(SWAP_SUFFIX)))
         live = swap.with_name(swap.name.removesuffix(SWAP_SUFFIX))
         os.replace(swap, live)
         log.info("event=swap_completed path=%s next_offset=%d", live, end)
@@ -121,7 +142,7 @@ def remove_leftovers(directory: Path) -> None:
             log.info("event=leftover_removed path=%s", path)
             path.unlink(missing_ok=True)
     logs = {base_offset_of(p) for p in directory.glob("*" + LOG_SUFFIX)}
-    for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+    for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
         for path in directory.glob("*" + suffix):
             if base_offset_of(path) not in logs:
                 log.info("event=orphan_index_removed path=%s", path)
@@ -157,6 +178,8 @@ def load_segments(
         if needs_recovery:
             cut = segment.recover()
             recovered += 1
+            if holds_unflushed and not clean_shutdown:
+                segment.txn_index.truncate_to(segment.next_offset)
             if cut:
                 log.warning(
                     "event=log_truncated path=%s bytes=%d next_offset=%d",

@@ -1,4 +1,4 @@
-"""One log segment: ``<base offset>.log`` with its ``.index`` and ``.timeindex``.
+"""One log segment: ``<base offset>.log`` with its ``.index``, ``.timeindex`` and ``.txnindex``.
 
 The ``.log`` file is the client's record batches back to back, exactly as they
 go on the wire, with the broker's offsets in their headers. Reads find a batch
@@ -18,6 +18,7 @@ from typing import BinaryIO, Final
 
 from shoal.broker.log.config import INT_MAX, LogConfig
 from shoal.broker.log.index import IndexCorruptError, OffsetIndex, TimeIndex
+from shoal.broker.log.txn_index import TXN_INDEX_SUFFIX, TransactionIndex
 from typing_extensions import Buffer
 
 from shoal.records import (
@@ -99,6 +100,7 @@ class LogSegment:
             time_index_path.unlink(missing_ok=True)
             self.offset_index = OffsetIndex(index_path, base_offset, config.segment_index_bytes)
             self.time_index = TimeIndex(time_index_path, base_offset, config.segment_index_bytes)
+        self.txn_index = TransactionIndex(directory / (name + TXN_INDEX_SUFFIX))
         self.next_offset = base_offset
         self.max_timestamp = -1
         self.offset_of_max_timestamp = base_offset
@@ -305,6 +307,7 @@ class LogSegment:
         self.size = location.position
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
+        self.txn_index.truncate_to(offset)
         self.next_offset = self.base_offset
         self.max_timestamp = -1
         self.offset_of_max_timestamp = self.base_offset
@@ -324,6 +327,7 @@ class LogSegment:
         os.fsync(self.fd)
         self.offset_index.flush()
         self.time_index.flush()
+        self.txn_index.flush()
 
     def close(self) -> None:
         self.offset_index.flush()
@@ -337,6 +341,8 @@ class LogSegment:
         self.log_path = deleted
         for index in (self.offset_index, self.time_index):
             index.rename(index.path.with_name(index.path.name + DELETED_SUFFIX))
+        txn = self.txn_index
+        txn.rename(txn.path.with_name(txn.path.name + DELETED_SUFFIX))
 
     def destroy(self) -> None:
         """Close and remove the files for good."""
@@ -344,3 +350,4 @@ class LogSegment:
         self.log_path.unlink(missing_ok=True)
         self.offset_index.delete()
         self.time_index.delete()
+        self.txn_index.delete()

@@ -9,10 +9,11 @@ newest snapshot plus the batches replayed after it.
 from __future__ import annotations
 
 import pytest
-from shoal.broker.log.log import AppendInfo, InvalidRecordError, InvalidTxnStateError, Log
+from shoal.broker.log.log import AppendInfo, InvalidRecordError, Log
 from shoal.broker.log.producer_state import (
     BatchMetadata,
     InvalidProducerEpochError,
+    InvalidTxnStateError,
     OutOfOrderSequenceError,
     ProducerStateManager,
 )
@@ -156,14 +157,15 @@ def test_non_idempotent_batches_pass_between_a_producers_batches(open_log, helpe
     assert log.append_as_leader(idem(helpers, 0), 0).duplicate
 
 
-def test_transactional_batch_raises_invalid_txn_state(open_log, helpers) -> None:
+def test_plain_batch_inside_an_open_transaction_raises_invalid_txn_state(open_log, helpers) -> None:
     log = open_log()
     log.append_as_leader(idem(helpers, 0), 0)
     options = BatchOptions(producer_id=PID, producer_epoch=0, base_sequence=1, transactional=True)
+    log.append_as_leader(helpers.make_batch(1, options=options), 0)
     with pytest.raises(InvalidTxnStateError):
-        log.append_as_leader(helpers.make_batch(1, options=options), 0)
-    assert log.log_end_offset == 1
-    assert log.producer_state.producers[PID].last_sequence == 0
+        log.append_as_leader(idem(helpers, 2), 0)
+    assert log.log_end_offset == 2
+    assert log.producer_state.producers[PID].last_sequence == 1
 
 
 def test_failing_batch_in_a_multi_batch_append_appends_nothing(open_log, helpers) -> None:
@@ -324,7 +326,8 @@ def test_after_a_crash_state_is_the_newest_snapshot_plus_replayed_batches(open_l
     log, before, after = _rolled_log_with_two_producers(open_log, helpers)
     assert log.log_end_offset == 16
     helpers.crash(log)
-    log = open_log(clean_shutdown=False)
+    # Flushed up to the last segment: recovery, and the replay, start there.
+    log = open_log(clean_shutdown=False, recovery_point=12)
     assert log.log_end_offset == 16
     # OTHER_PID: its last batch before offset 12 comes from the snapshot, the
     # two after it are replayed from the log.
@@ -370,7 +373,7 @@ def test_after_a_clean_restart_then_a_crash_replay_starts_mid_segment(open_log, 
     log = open_log()
     helpers.append_batches(log, batches[2:])
     helpers.crash(log)
-    log = open_log(clean_shutdown=False)
+    log = open_log(clean_shutdown=False, recovery_point=4)
     assert snapshot_names(log) == ["00000000000000000004.snapshot"]
     cached = log.producer_state.producers[PID].batches
     assert [(b.first_sequence, b.first_offset, b.last_offset) for b in cached] == [
@@ -391,7 +394,7 @@ def test_after_a_crash_with_a_corrupt_newest_snapshot_the_older_one_is_used(
     damaged = bytearray(newest.read_bytes())
     damaged[-1] ^= 0xFF
     newest.write_bytes(bytes(damaged))
-    log = open_log(clean_shutdown=False)
+    log = open_log(clean_shutdown=False, recovery_point=12)
     assert snapshot_names(log) == ["00000000000000000006.snapshot"]
     # Replayed from offset 6: OTHER_PID's batches after it are all known.
     for raw in after:

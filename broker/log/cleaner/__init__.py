@@ -5,6 +5,7 @@ Modules, each with one job:
 * :mod:`.cleanable` which part of a log is dirty and cleanable, its dirty ratio
 * :mod:`.offset_map` the key -> last offset map over the dirty part
 * :mod:`.batches`   rewriting one batch: the records compaction keeps
+* :mod:`.transactions` aborted transactions' batches, and markers that may go
 * :mod:`.source`    a non-active segment as a worker thread reads it
 * :mod:`.writer`    the ``.cleaned`` segment being written
 * :mod:`.swap`      the ``.cleaned`` -> ``.swap`` -> live rename protocol
@@ -15,7 +16,8 @@ Modules, each with one job:
 * :mod:`.manager`   the background workers that pick the dirtiest log
 
 Invariants: offsets never change; the active segment is never cleaned;
-nothing above the high watermark is cleaned; a crash at any step leaves a
+nothing at or above the last stable offset is cleaned; a marker stays while
+its transaction has data in the log; a crash at any step leaves a
 log that recovery (:func:`shoal.broker.log.recovery.complete_swaps`) turns
 into either the log before the clean or the log after it, group by group.
 """

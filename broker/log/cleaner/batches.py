@@ -15,6 +15,10 @@ A RecordBatch v2 (see :mod:`shoal.records.batch`) is rewritten, as Kafka's
   the attributes, and ``baseTimestamp`` set to ``now + delete.retention.ms``;
   record timestamps stay right because their deltas are taken from it. A
   later clean after that time drops the tombstones.
+* A batch of an aborted transaction keeps no record (``discard``).
+* A marker (control batch) stays as it is while its transaction has data
+  in the log; then it gets a delete horizon, and goes after it
+  (:func:`filter_marker`).
 * A batch that keeps no record is dropped, unless the caller asks to retain
   it (the last batch of an active producer, or the last batch of a cleaned
   group); then only its header stays, with zero records, as Kafka's
@@ -167,6 +171,23 @@ class FilterResult:
     """The delete horizon of the written batch when it keeps a tombstone."""
 
 
+def filter_marker(
+    batch: bytes, header: BatchHeader, may_go: bool, now_ms: int, delete_retention_ms: int
+) -> FilterResult:
+    """Keep a control batch, stamp it with a delete horizon, or drop it (None) once the
+    horizon has passed; ``may_go`` says its transaction has no data left."""
+    if not may_go:
+        return FilterResult(batch, 0, 0, None)
+    horizon = delete_horizon(header)
+    if horizon is None:
+        horizon = now_ms + delete_retention_ms
+        records = scan_records(batch, header)
+        return FilterResult(rebuild_batch(header, records, horizon), 0, 0, horizon)
+    if now_ms >= horizon:
+        return FilterResult(None, 0, 0, None)
+    return FilterResult(batch, 0, 0, horizon)
+
+
 def filter_batch(
     batch: bytes,
     header: BatchHeader,
@@ -176,6 +197,7 @@ def filter_batch(
     delete_retention_ms: int,
     retain_empty: bool,
     max_size: int | None = None,
+    discard: bool = False,
 ) -> FilterResult:
     """Keep the records of one batch that compaction keeps (Kafka's ``shouldRetainRecord``).
 
@@ -184,11 +206,17 @@ def filter_batch(
     has for its key (or the key is not in the map: it was last written in
     the clean part), and, for a tombstone, when the batch's delete horizon
     is unset or not yet reached. A record without a key cannot be compacted
-    and goes, as in Kafka (compacted topics refuse them on produce).
+    and goes, as in Kafka (compacted topics refuse them on produce). With
+    ``discard`` (an aborted transaction's batch) no record stays. Control
+    batches stay as they are.
     """
     if header.is_control:
         return FilterResult(batch, 0, 0, None)
     records = scan_records(batch, header, max_size)
+    if discard:
+        if not retain_empty:
+            return FilterResult(None, len(records), 0, None)
+        return FilterResult(empty_batch(header) if records else batch, len(records), 0, None)
     horizon = delete_horizon(header)
     tombstones_expire = horizon is not None and now_ms >= horizon
     kept: list[ScannedRecord] = []

@@ -8,9 +8,9 @@ Kafka's vocabulary (LogCleanerManager)::
 * The first dirty offset comes from the cleaner checkpoint; an entry below
   the log start or past the log end (retention, truncation) restarts at the
   log start.
-* The first uncleanable offset is the lowest of: the high watermark (as
-  Kafka's last stable offset: nothing a follower may still lose is
-  rewritten), the active segment's base offset (the active segment is never
+* The first uncleanable offset is the lowest of: the last stable offset
+  (nothing a follower may still lose is rewritten, nor any transaction
+  still open or not yet replicated), the active segment's base offset (the active segment is never
   cleaned), and the base of the first dirty segment holding a record newer
   than ``min.compaction.lag.ms``.
 * The dirty ratio is cleanable bytes / (clean bytes + cleanable bytes),
@@ -85,7 +85,7 @@ def log_to_clean(log: Log, checkpointed: int | None, now_ms: int) -> LogToClean:
     config = log.config
     dirty = first_dirty_offset(log, checkpointed)
     non_active_dirty = _overlapping(log, dirty, log.active.base_offset)
-    uncleanable = min(log.high_watermark, log.active.base_offset)
+    uncleanable = min(log.last_stable_offset, log.active.base_offset)
     if config.min_compaction_lag_ms > 0:
         for segment in non_active_dirty:
             if _largest_timestamp(segment) > now_ms - config.min_compaction_lag_ms:

@@ -3,10 +3,13 @@
 One clean of a log, given its :class:`~.cleanable.LogToClean`:
 
 1. On the loop: take a :class:`~.source.SegmentSource` of every non-active
-   segment below the first uncleanable offset, and the last offset of
-   every producer the log still tracks.
+   segment below the first uncleanable offset, the last offset of every
+   producer the log still tracks, and the aborted transactions of the part
+   to clean (:mod:`.transactions`).
 2. In a thread: build the offset map over the dirty part (it may end early,
-   at ``end_offset``, when the map is full).
+   at ``end_offset``, when the map is full), without aborted records.
+   Markers whose transaction has no data left go after delete.retention.ms,
+   with their aborted transaction index entries (:mod:`.transactions`).
 3. Group the segments below ``end_offset`` into runs whose total size fits
    in ``segment.bytes`` (and whose indexes fit ``segment.index.bytes``), as
    Kafka's groupSegmentsBySize does, so small segments merge.
@@ -33,13 +36,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from shoal.broker.log.checkpoint import fsync_dir
-from shoal.broker.log.cleaner.batches import filter_batch
+from shoal.broker.log.cleaner.batches import filter_batch, filter_marker
 from shoal.broker.log.cleaner.cleanable import LogToClean
 from shoal.broker.log.cleaner.faults import Faults
 from shoal.broker.log.cleaner.offset_map import OffsetMap, build_offset_map
 from shoal.broker.log.cleaner.source import SegmentSource
 from shoal.broker.log.cleaner.swap import discard, rename_cleaned_to_swap, swap_in
 from shoal.broker.log.cleaner.throttler import UNLIMITED, Throttler
+from shoal.broker.log.cleaner.transactions import TransactionPass
 from shoal.broker.log.cleaner.writer import CleanedSegmentWriter
 from shoal.broker.log.config import INT_MAX, LogConfig
 from shoal.broker.log.log import Log
@@ -141,6 +145,7 @@ def clean_group(
     faults: Faults,
     stats: CleanerStats,
     check_done: CheckDone = _never_done,
+    transactions: TransactionPass | None = None,
 ) -> None:
     """Write the group's cleaned segment and rename it to ``.swap`` (worker thread).
 
@@ -148,13 +153,18 @@ def clean_group(
     empty batch), so the cleaned segment ends where the group did: recovery
     relies on it to know which segments a swap replaces. So is the last batch
     of each producer the log still tracks, for its sequence numbers, as in
-    Kafka.
+    Kafka. With ``transactions`` (fed every batch of the clean in order),
+    batches of aborted transactions lose their records and markers of
+    transactions without data go after their delete horizon; the cleaned
+    segment's aborted transaction index is its sources', less the aborts
+    whose marker went.
     """
     base = group[0].base_offset
     throttle = throttler.maybe_throttle if throttler.limited else None
     writer = CleanedSegmentWriter(directory, base, config)
     try:
         written_any = False
+        dropped_markers: set[int] = set()
         for header, data, last in _with_last(group, throttle):
             check_done()
             stats.bytes_read += header.size
@@ -162,15 +172,27 @@ def clean_group(
                 header.producer_id >= 0
                 and producer_last_offsets.get(header.producer_id) == header.last_offset
             )
-            result = filter_batch(
-                data,
-                header,
-                offset_map.offsets,
-                offset_map.end_offset,
-                now_ms,
-                config.delete_retention_ms,
-                retain,
-            )
+            if header.is_control:
+                may_go = (
+                    transactions is not None
+                    and header.producer_id >= 0
+                    and not transactions.marker_had_data(header)
+                    and not last
+                )
+                result = filter_marker(data, header, may_go, now_ms, config.delete_retention_ms)
+                if result.data is None:
+                    dropped_markers.add(header.base_offset)
+            else:
+                result = filter_batch(
+                    data,
+                    header,
+                    offset_map.offsets,
+                    offset_map.end_offset,
+                    now_ms,
+                    config.delete_retention_ms,
+                    retain,
+                    discard=transactions is not None and transactions.is_aborted(header),
+                )
             stats.records_read += result.records_read
             stats.records_kept += result.records_kept
             if result.data is None:
@@ -186,7 +208,10 @@ def clean_group(
                 written_any = True
                 faults.hit("cleaned_partly_written")
         mtime_ns = os.fstat(group[-1].fd).st_mtime_ns
-        writer.finish(mtime_ns)
+        aborted = [
+            t for source in group for t in source.aborted if t.last_offset not in dropped_markers
+        ]
+        writer.finish(mtime_ns, aborted)
         faults.hit("cleaned_written")
         rename_cleaned_to_swap(directory, base, faults)
     except BaseException:
@@ -230,6 +255,7 @@ class Cleaner:
             for pid, entry in target_log.producer_state.producers.items()
             if entry.batches
         }
+        aborted = target_log.collect_aborted_txns(target_log.log_start_offset, upper)
         try:
             dirty = [
                 s
@@ -246,6 +272,8 @@ class Cleaner:
                 self.max_map_entries,
                 throttle,
                 self.check_done,
+                None,
+                TransactionPass(aborted),
             )
             self.faults.hit("map_built")
             stats.bytes_read += offset_map.bytes_read
@@ -254,6 +282,7 @@ class Cleaner:
             groups = group_by_size(
                 cleanable, config.segment_bytes, config.segment_index_bytes, upper
             )
+            transactions = TransactionPass(aborted)
             for group in groups:
                 await asyncio.to_thread(
                     clean_group,
@@ -267,6 +296,7 @@ class Cleaner:
                     self.faults,
                     stats,
                     self.check_done,
+                    transactions,
                 )
                 old = [s.segment for s in group]
                 swap_in(target_log, old, [s.size for s in group], group[0].base_offset, self.faults)

@@ -7,6 +7,9 @@ keys one clean maps (24 bytes an entry at Kafka's 0.9 load factor, as Kafka
 counts). When the map is full, it ends at a batch boundary: the clean then
 covers the log only up to there and the next clean continues from it.
 
+Markers and the records of aborted transactions are never mapped (see
+:mod:`.transactions`): an aborted record must not hide a committed one.
+
 Runs in a cleaner worker thread, on :class:`~.source.SegmentSource` objects.
 """
 
@@ -18,6 +21,7 @@ from typing import Final
 
 from shoal.broker.log.cleaner.batches import scan_records
 from shoal.broker.log.cleaner.source import SegmentSource
+from shoal.broker.log.cleaner.transactions import TransactionPass
 
 ENTRY_BYTES: Final = 24
 LOAD_FACTOR: Final = 0.9
@@ -45,6 +49,7 @@ def build_offset_map(
     throttle: Callable[[int], None] | None = None,
     check_done: Callable[[], None] | None = None,
     max_record_bytes: int | None = None,
+    aborted: TransactionPass | None = None,
 ) -> OffsetMap:
     """Map each key in [start, end) to its last offset, in at most ``limit`` keys."""
     result = OffsetMap({}, start)
@@ -53,6 +58,7 @@ def build_offset_map(
         for header, data in source.batches(throttle):
             if check_done is not None:
                 check_done()
+            skip = aborted is not None and aborted.is_aborted(header)
             if header.next_offset <= start:
                 continue
             if header.base_offset >= end:
@@ -60,7 +66,7 @@ def build_offset_map(
             if offsets and len(offsets) + header.records_count > limit:
                 return result
             result.bytes_read += header.size
-            if not header.is_control:
+            if not header.is_control and not skip:
                 for record in scan_records(data, header, max_record_bytes):
                     result.records_read += 1
                     if record.key is not None and start <= record.offset < end:

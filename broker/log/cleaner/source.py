@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from shoal.broker.log.segment import LogSegment
+from shoal.broker.log.txn_index import AbortedTxn
 
 from shoal.records import HEADER_SIZE, BatchHeader, CorruptBatchError, validate_batch
 from shoal.records.batch import read_offset_and_length
@@ -32,6 +33,8 @@ class SegmentSource:
     size: int
     index_bytes: int
     time_index_bytes: int
+    aborted: tuple[AbortedTxn, ...] = ()
+    """The segment's aborted transaction index entries, for its cleaned replacement."""
 
     @classmethod
     def of(cls, segment: LogSegment) -> SegmentSource:
@@ -43,6 +46,7 @@ class SegmentSource:
             segment.size,
             len(segment.offset_index) * 8,
             len(segment.time_index) * 12,
+            tuple(segment.txn_index.entries),
         )
 
     def close(self) -> None:

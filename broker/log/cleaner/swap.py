@@ -3,11 +3,12 @@
 Kafka's rename protocol (``LocalLog.replaceSegments``), for a cleaned segment
 with base offset B replacing segments S1..Sn (S1's base is B)::
 
-    1. B.log.cleaned, B.index.cleaned, B.timeindex.cleaned written and fsynced
-    2. B.index.cleaned, B.timeindex.cleaned -> *.swap; then B.log.cleaned -> B.log.swap
-       (the commit point), directory fsynced
+    1. B.log.cleaned, B.index.cleaned, B.timeindex.cleaned, B.txnindex.cleaned
+       written and fsynced
+    2. the index files -> *.swap; then B.log.cleaned -> B.log.swap (the commit
+       point), directory fsynced
     3. S1..Sn -> *.deleted (readers holding them keep their open files)
-    4. B.index.swap, B.timeindex.swap -> B.index, B.timeindex; then B.log.swap -> B.log
+    4. B.index.swap, B.timeindex.swap, B.txnindex.swap -> live; then B.log.swap -> B.log
     5. the old files are destroyed after file.delete.delay.ms
 
 What recovery does with each crash point (:func:`shoal.broker.log.recovery.complete_swaps`):
@@ -16,8 +17,10 @@ What recovery does with each crash point (:func:`shoal.broker.log.recovery.compl
   ``.cleaned`` and index ``.swap`` files are deleted, S1..Sn are untouched.
 * from 2 to 4 (a ``B.log.swap``): the clean happened. Every segment file
   with a base offset in [B, next offset of the swap) is one of S1..Sn and is
-  deleted, the swap becomes B.log, and B's indexes are rebuilt from it
-  (index files in the middle of a rename are never trusted). The cleaner
+  deleted, the swap becomes B.log, and B's offset indexes are rebuilt from
+  it (index files in the middle of a rename are never trusted); the
+  aborted transaction index, which cannot be rebuilt, is B.txnindex.swap, or
+  the live B.txnindex once that is gone (step 3 renamed S1's away first). The cleaner
   keeps the last batch of every group (possibly as an empty batch), so the
   swap's next offset is past the base of Sn whenever Sn holds anything; an
   Sn that holds nothing may survive, and is harmless.
@@ -34,7 +37,7 @@ from pathlib import Path
 
 from shoal.broker.log.checkpoint import fsync_dir
 from shoal.broker.log.cleaner.faults import Faults
-from shoal.broker.log.cleaner.writer import cleaned_paths
+from shoal.broker.log.cleaner.writer import cleaned_paths, cleaned_txn_index_path
 from shoal.broker.log.index import IndexCorruptError
 from shoal.broker.log.log import Log
 from shoal.broker.log.segment import (
@@ -59,7 +62,7 @@ def _live_path(swap: Path) -> Path:
 def rename_cleaned_to_swap(directory: Path, base_offset: int, faults: Faults) -> None:
     """Step 2, in a worker thread: after this, a restart finishes the swap."""
     log_path, index_path, time_index_path = cleaned_paths(directory, base_offset)
-    for path in (index_path, time_index_path):
+    for path in (index_path, time_index_path, cleaned_txn_index_path(directory, base_offset)):
         if path.exists():
             os.replace(path, _swap_path(path))
     faults.hit("index_swapped")
@@ -70,7 +73,8 @@ def rename_cleaned_to_swap(directory: Path, base_offset: int, faults: Faults) ->
 
 def discard(directory: Path, base_offset: int) -> None:
     """Remove a clean's files for ``base_offset``, at whichever suffix they are."""
-    for path in cleaned_paths(directory, base_offset):
+    txn_index_path = cleaned_txn_index_path(directory, base_offset)
+    for path in (*cleaned_paths(directory, base_offset), txn_index_path):
         path.unlink(missing_ok=True)
         _swap_path(path).unlink(missing_ok=True)
 
@@ -95,7 +99,7 @@ def swap_in(
             faults.hit("old_deleted_partly")
     faults.hit("old_deleted")
     log_path, index_path, time_index_path = cleaned_paths(directory, base_offset)
-    for path in (index_path, time_index_path):
+    for path in (index_path, time_index_path, cleaned_txn_index_path(directory, base_offset)):
         swap = _swap_path(path)
         if swap.exists():
             os.replace(swap, _live_path(swap))

@@ -1,11 +1,13 @@
-"""Writing a cleaned segment: ``<base>.log.cleaned`` with its two indexes.
+"""Writing a cleaned segment: ``<base>.log.cleaned`` with its indexes.
 
 The files carry the ``.cleaned`` suffix until :mod:`.swap` renames them, so
 nothing else (the log, a restart) mistakes a half-written one for a segment:
 recovery deletes ``.cleaned`` files. Index entries follow the rule
 :class:`~shoal.broker.log.segment.LogSegment` uses when appending (one per
 ``index.interval.bytes``), so the cleaned segment looks as if it had been
-appended to.
+appended to. The aborted transaction index is the replaced segments' entries
+together (always written, even empty, so that :mod:`.swap` and recovery find
+it: see :mod:`shoal.broker.log.recovery`).
 
 Used by one worker thread from creation to :meth:`CleanedSegmentWriter.finish`;
 nothing else sees the object.
@@ -25,6 +27,7 @@ from shoal.broker.log.segment import (
     TIME_INDEX_SUFFIX,
     segment_name,
 )
+from shoal.broker.log.txn_index import TXN_INDEX_SUFFIX, AbortedTxn, encode
 
 from shoal.records import BatchHeader
 
@@ -39,13 +42,18 @@ def cleaned_paths(directory: Path, base_offset: int) -> tuple[Path, Path, Path]:
     )
 
 
+def cleaned_txn_index_path(directory: Path, base_offset: int) -> Path:
+    return directory / (segment_name(base_offset) + TXN_INDEX_SUFFIX + CLEANED_SUFFIX)
+
+
 class CleanedSegmentWriter:
     def __init__(self, directory: Path, base_offset: int, config: LogConfig) -> None:
         self.directory = directory
         self.base_offset = base_offset
         self.config = config
         self.log_path, index_path, time_index_path = cleaned_paths(directory, base_offset)
-        for path in (index_path, time_index_path):
+        self.txn_index_path = cleaned_txn_index_path(directory, base_offset)
+        for path in (index_path, time_index_path, self.txn_index_path):
             path.unlink(missing_ok=True)
         self.fd = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         self.offset_index = OffsetIndex(index_path, base_offset, config.segment_index_bytes)
@@ -72,7 +80,7 @@ class CleanedSegmentWriter:
         self.size += len(data)
         self.next_offset = header.next_offset
 
-    def finish(self, mtime_ns: int | None) -> None:
+    def finish(self, mtime_ns: int | None, aborted: list[AbortedTxn] | None = None) -> None:
         """The final time index entry (as on roll), fsync everything, keep the old mtime.
 
         Retention falls back to a segment's mtime when it has no timestamps;
@@ -85,6 +93,9 @@ class CleanedSegmentWriter:
         self.fd = -1
         self.offset_index.flush()
         self.time_index.flush()
+        with self.txn_index_path.open("wb") as file:
+            file.write(encode(aborted or []))
+            os.fsync(file.fileno())
         if mtime_ns is not None:
             os.utime(self.log_path, ns=(mtime_ns, mtime_ns))
 
@@ -93,5 +104,6 @@ class CleanedSegmentWriter:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
-        for path in (self.log_path, self.offset_index.path, self.time_index.path):
+        paths = (self.log_path, self.offset_index.path, self.time_index.path, self.txn_index_path)
+        for path in paths:
             path.unlink(missing_ok=True)
