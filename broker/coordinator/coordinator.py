@@ -8,6 +8,15 @@ appended to that partition before the client hears "done"; when a broker
 becomes the partition's leader it reads the partition back and knows the
 groups again (answering COORDINATOR_LOAD_IN_PROGRESS meanwhile).
 
+Transactional offset commits (TxnOffsetCommit, as Kafka's GroupMetadataManager
+does them): the offsets are appended as one transactional batch of the
+producer and stay pending per producer id, invisible to OffsetFetch, until
+the transaction coordinator's marker lands in the partition
+(:meth:`GroupCoordinator.complete_transaction`): a commit makes them the
+group's offsets unless a plain commit was written after them, an abort drops
+them. Loading replays the same way, batch by batch, so a transaction still
+open when leadership moved stays pending on the new leader.
+
 Timers, all on the event loop:
 
 * join: a rebalance waits for every member to rejoin, at most the largest
@@ -38,7 +47,13 @@ from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from shoal.broker.coordinator.config import GroupConfig
-from shoal.broker.coordinator.group import CommittedOffset, Group, GroupState, Member
+from shoal.broker.coordinator.group import (
+    CommittedOffset,
+    Group,
+    GroupState,
+    Member,
+    PendingOffset,
+)
 from shoal.broker.coordinator.records import (
     GroupKey,
     OffsetKey,
@@ -53,11 +68,22 @@ from shoal.broker.coordinator.records import (
     parse_offset_value,
     partition_for,
 )
-from shoal.broker.log.log import LogError
+from shoal.broker.log.log import AppendInfo, LogError
+from shoal.broker.log.markers import read_marker
+from shoal.broker.log.producer_state import ProducerStateError
 from shoal.broker.partition import NotLeaderError, Partition, PartitionError
 from shoal.broker.replica_manager import ReplicaManager
 
-from shoal.records import BatchOptions, NewRecord, build_batch, iter_batches, iter_records
+from shoal.records import (
+    BatchHeader,
+    BatchOptions,
+    InvalidBatchError,
+    NewRecord,
+    Record,
+    build_batch,
+    iter_batches,
+    iter_records,
+)
 from shoal.wire import ErrorCode
 
 log = logging.getLogger(__name__)
@@ -192,9 +218,9 @@ class GroupCoordinator:
             self.loading.pop(index, None)
 
     def _read_groups(self, partition: Partition) -> dict[str, Group]:
-        """Replay the partition: the latest record per key wins, null values delete."""
-        offsets: dict[str, dict[tuple[str, int], CommittedOffset | None]] = {}
-        metadata: dict[str, Group | None] = {}
+        """Replay the partition: the latest record per key wins, null values delete;
+        transactional offsets count once their commit marker is read."""
+        replay = _Replay()
         plog = partition.log
         position = plog.log_start_offset
         # To the log end, as Kafka loads: a new leader's high watermark lags
@@ -206,11 +232,29 @@ class GroupCoordinator:
                 break
             data = os.pread(chunk.file.fileno(), chunk.size, chunk.position)
             for at, header in iter_batches(data):
-                for record in iter_records(data[at : at + header.size]):
+                batch = data[at : at + header.size]
+                try:
+                    if header.is_control:
+                        marker = read_marker(batch) if header.base_offset >= position else None
+                        if marker is not None:
+                            replay.marker(header.producer_id, marker.commit)
+                        position = header.next_offset
+                        continue
+                    records = list(iter_records(batch))
+                except InvalidBatchError as exc:
+                    log.warning(
+                        "event=offsets_batch_skipped partition=%d offset=%d error=%s",
+                        partition.index,
+                        header.base_offset,
+                        exc,
+                    )
+                    position = header.next_offset
+                    continue
+                for record in records:
                     if record.offset < position or record.key is None:
                         continue
                     try:
-                        self._replay(record.key, record.value, offsets, metadata)
+                        replay.record(header, record)
                     except RecordFormatError as exc:
                         log.warning(
                             "event=offsets_record_skipped partition=%d offset=%d error=%s",
@@ -219,41 +263,7 @@ class GroupCoordinator:
                             exc,
                         )
                 position = header.next_offset
-        groups: dict[str, Group] = {}
-        for group_id in set(offsets) | set(metadata):
-            group = metadata.get(group_id) or Group(group_id)
-            group.offsets = {
-                tp: value for tp, value in offsets.get(group_id, {}).items() if value is not None
-            }
-            if group.members or group.offsets or metadata.get(group_id) is not None:
-                groups[group_id] = group
-        return groups
-
-    @staticmethod
-    def _replay(
-        raw_key: bytes,
-        raw_value: bytes | None,
-        offsets: dict[str, dict[tuple[str, int], CommittedOffset | None]],
-        metadata: dict[str, Group | None],
-    ) -> None:
-        """Apply one record of the offsets topic to what loading has gathered."""
-        key = parse_key(raw_key)
-        if isinstance(key, OffsetKey):
-            entry = offsets.setdefault(key.group, {})
-            tp = (key.topic, key.partition)
-            if raw_value is None:
-                entry[tp] = None
-                return
-            v = parse_offset_value(raw_value)
-            entry[tp] = CommittedOffset(
-                v.offset, v.leader_epoch, v.metadata, v.commit_timestamp, v.expire_timestamp
-            )
-        elif isinstance(key, GroupKey):
-            metadata[key.group] = (
-                None
-                if raw_value is None
-                else Group.from_value(key.group, parse_group_value(raw_value))
-            )
+        return replay.groups()
 
     def _unload(self, index: int) -> None:
         task = self.loading.pop(index, None)
@@ -270,17 +280,44 @@ class GroupCoordinator:
 
     # -- persistence -------------------------------------------------------------
 
-    async def _append(self, group_id: str, entries: Sequence[tuple[bytes, bytes | None]]) -> None:
+    async def _append(
+        self,
+        group_id: str,
+        entries: Sequence[tuple[bytes, bytes | None]],
+        options: BatchOptions | None = None,
+    ) -> int:
         """Append records to the group's partition and wait until every in-sync replica
-        has them (acks=all, as Kafka's coordinator writes); CoordinatorError if not."""
+        has them (acks=all, as Kafka's coordinator writes); CoordinatorError if not.
+        Returns the batch's offset."""
+        partition, info = self._write(group_id, entries, options)
+        await self._replicated(group_id, partition, info)
+        return info.first_offset
+
+    def _write(
+        self,
+        group_id: str,
+        entries: Sequence[tuple[bytes, bytes | None]],
+        options: BatchOptions | None,
+    ) -> tuple[Partition, AppendInfo]:
         partition = self.replicas.get(OFFSETS_TOPIC, self.partition_of(group_id))
         if partition is None or not partition.is_leader:
             raise CoordinatorError(E.not_coordinator)
         batch = build_batch(
-            [NewRecord(key, value) for key, value in entries], options=BatchOptions()
+            [NewRecord(key, value) for key, value in entries], options=options or BatchOptions()
         )
         try:
-            info = partition.append_as_leader(batch, -1)
+            return partition, partition.append_as_leader(batch, -1)
+        except NotLeaderError as exc:
+            raise CoordinatorError(E.not_coordinator, str(exc)) from exc
+        except ProducerStateError as exc:
+            # A fenced or unknown producer: the client must hear it as it is.
+            raise CoordinatorError(ErrorCode[exc.code], str(exc)) from exc
+        except (LogError, PartitionError, OSError) as exc:
+            log.warning("event=offsets_append_failed group=%s error=%s", group_id, exc)
+            raise CoordinatorError(E.coordinator_not_available, str(exc)) from exc
+
+    async def _replicated(self, group_id: str, partition: Partition, info: AppendInfo) -> None:
+        try:
             await partition.wait_for_commit(info.last_offset + 1, _COMMIT_TIMEOUT_S)
         except NotLeaderError as exc:
             raise CoordinatorError(E.not_coordinator, str(exc)) from exc
@@ -833,15 +870,7 @@ class GroupCoordinator:
         if not isinstance(checked, Group):
             return everywhere(checked)
         group = checked
-        results: dict[tuple[str, int], ErrorCode] = {}
-        accepted: dict[tuple[str, int], CommittedOffset] = {}
-        for tp, committed in offsets.items():
-            if not self.topic_exists(*tp):
-                results[tp] = E.unknown_topic_or_partition
-            elif _java_length(committed.metadata) > self.config.offset_metadata_max_bytes:
-                results[tp] = E.offset_metadata_too_large
-            else:
-                accepted[tp] = committed
+        results, accepted = self._acceptable(offsets)
         if accepted:
             entries = [
                 (
@@ -859,13 +888,164 @@ class GroupCoordinator:
                 for (topic, partition), c in accepted.items()
             ]
             try:
-                await self._append(group_id, entries)
+                position = await self._append(group_id, entries)
             except CoordinatorError as exc:
                 results.update(dict.fromkeys(accepted, exc.code))
                 return results
-            group.offsets.update(accepted)
+            group.store_offsets(position, accepted)
             results.update(dict.fromkeys(accepted, E.none))
         return results
+
+    def _acceptable(
+        self, offsets: Mapping[tuple[str, int], CommittedOffset]
+    ) -> tuple[dict[tuple[str, int], ErrorCode], dict[tuple[str, int], CommittedOffset]]:
+        """The offsets a commit may store, and the errors of the others."""
+        refused: dict[tuple[str, int], ErrorCode] = {}
+        accepted: dict[tuple[str, int], CommittedOffset] = {}
+        for tp, committed in offsets.items():
+            if not self.topic_exists(*tp):
+                refused[tp] = E.unknown_topic_or_partition
+            elif _java_length(committed.metadata) > self.config.offset_metadata_max_bytes:
+                refused[tp] = E.offset_metadata_too_large
+            else:
+                accepted[tp] = committed
+        return refused, accepted
+
+    # -- transactional offsets (KIP-98, KIP-447) ------------------------------------------
+
+    async def commit_transactional_offsets(
+        self,
+        group_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        member_id: str,
+        generation_id: int,
+        group_instance_id: str | None,
+        offsets: Mapping[tuple[str, int], CommittedOffset],
+    ) -> dict[tuple[str, int], ErrorCode]:
+        """TxnOffsetCommit: write the offsets in the producer's transaction, visible at its
+        commit marker (:meth:`complete_transaction`).
+
+        The offsets go to the group's partition as one transactional batch of
+        the producer (base sequence -1: the coordinator's own write, which the
+        log does not sequence-check); the producer's AddOffsetsToTxn put that
+        partition in the transaction, so its marker lands there too.
+        """
+        checked = self._txn_committer(group_id, generation_id, member_id, group_instance_id)
+        if isinstance(checked, ErrorCode):
+            return dict.fromkeys(offsets, checked)
+        results, accepted = self._acceptable(offsets)
+        if not accepted:
+            return results
+        group = self.groups.get(group_id)
+        if group is None:
+            # Kafka creates the group a transaction commits to; it lives on its offsets.
+            group = self.groups[group_id] = Group(group_id, state_timestamp=self.clock())
+        entries = [
+            (
+                offset_key(group_id, topic, partition),
+                offset_value(
+                    OffsetValue(
+                        c.offset, c.leader_epoch, c.metadata, c.commit_timestamp, c.expire_timestamp
+                    )
+                ),
+            )
+            for (topic, partition), c in accepted.items()
+        ]
+        options = BatchOptions(
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            base_sequence=-1,
+            transactional=True,
+        )
+        try:
+            partition, info = self._write(group_id, entries, options)
+        except CoordinatorError as exc:
+            results.update(dict.fromkeys(accepted, exc.code))
+            return results
+        # Pending from the moment the records are in the log: a marker the
+        # transaction coordinator writes while we wait for the replicas must
+        # find them (Kafka's prepareTxnOffsetCommit).
+        group.prepare_txn_offsets(producer_id, info.first_offset, accepted)
+        try:
+            await self._replicated(group_id, partition, info)
+        except CoordinatorError as exc:
+            group.forget_txn_offsets(producer_id, info.first_offset)
+            results.update(dict.fromkeys(accepted, exc.code))
+            return results
+        log.debug(
+            "event=txn_offsets_pending group=%s producer_id=%d count=%d",
+            group_id,
+            producer_id,
+            len(accepted),
+        )
+        results.update(dict.fromkeys(accepted, E.none))
+        return results
+
+    def _txn_committer(
+        self, group_id: str, generation: int, member_id: str, group_instance_id: str | None
+    ) -> ErrorCode | None:
+        """Why a transactional commit may not go to the group (Kafka's validateOffsetCommit
+        for TxnOffsetCommit), or None. Unlike a plain commit, one without generation and
+        member id is accepted from a group with members: TxnOffsetCommit before v3
+        (KIP-447) carries neither."""
+        if not group_id:
+            return E.invalid_group_id
+        error = self.owner_error(group_id)
+        if error is not None:
+            return error
+        group = self.groups.get(group_id)
+        if group is None:
+            # Kafka creates the group first; an empty group has no current member.
+            return None if generation < 0 else E.unknown_member_id
+        if group.is_(GroupState.DEAD):
+            return E.coordinator_not_available
+        if generation < 0 and group.is_(GroupState.EMPTY):
+            return None
+        if generation < 0 and not member_id and group_instance_id is None:
+            return None
+        if group_instance_id is not None:
+            holder = group.static_members.get(group_instance_id)
+            if holder is None:
+                return E.unknown_member_id
+            if holder != member_id:
+                return E.fenced_instance_id
+        if member_id not in group.members:
+            return E.unknown_member_id
+        if generation != group.generation:
+            return E.illegal_generation
+        return None
+
+    def complete_transaction(self, offsets_partition: int, producer_id: int, commit: bool) -> None:
+        """A marker of ``producer_id`` is in ``offsets_partition`` (and replicated): its
+        pending offsets in that partition's groups are committed or dropped.
+
+        A partition still loading needs nothing: its loader reads the marker
+        from the log. A group that moved away is the new owner's business.
+        """
+        if offsets_partition not in self.loaded:
+            return
+        for group in self.groups.values():
+            if (
+                producer_id in group.pending_txn_offsets
+                and self.partition_of(group.group_id) == offsets_partition
+            ):
+                applied = group.complete_txn_offsets(producer_id, commit)
+                log.info(
+                    "event=txn_offsets_completed group=%s producer_id=%d commit=%s applied=%d",
+                    group.group_id,
+                    producer_id,
+                    commit,
+                    applied,
+                )
+
+    def unstable_partitions(self, group_id: str) -> frozenset[tuple[str, int]]:
+        """Partitions with transactional offsets awaiting their marker: OffsetFetch with
+        require_stable answers UNSTABLE_OFFSET_COMMIT for them (KIP-447)."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return frozenset()
+        return frozenset(tp for pending in group.pending_txn_offsets.values() for tp in pending)
 
     def _committer(
         self, group_id: str, generation: int, member_id: str, group_instance_id: str | None
@@ -929,21 +1109,20 @@ class GroupCoordinator:
             return E.non_empty_group, {}
         subscribed = group.subscribed_topics() if not group.is_(GroupState.EMPTY) else frozenset()
         results: dict[tuple[str, int], ErrorCode] = {}
-        doomed = []
+        removed = []
         for tp in partitions:
             if tp[0] in subscribed:
                 results[tp] = E.group_subscribed_to_topic
             else:
                 results[tp] = E.none
-                if tp in group.offsets:
-                    doomed.append(tp)
+                removed.append(tp)
+        doomed = [tp for tp in removed if tp in group.offsets]
         if doomed:
             try:
                 await self._append(group_id, [(offset_key(group_id, *tp), None) for tp in doomed])
             except CoordinatorError as exc:
                 return exc.code, {}
-            for tp in doomed:
-                group.offsets.pop(tp, None)
+        group.remove_offsets(removed)
         return E.none, results
 
     # -- listing, describing, deleting groups ------------------------------------------
@@ -1052,7 +1231,12 @@ class GroupCoordinator:
                 ]
             else:
                 doomed = []
-            if group.is_(GroupState.EMPTY) and len(doomed) == len(group.offsets):
+            in_transactions = any(group.pending_txn_offsets.values())
+            if (
+                group.is_(GroupState.EMPTY)
+                and len(doomed) == len(group.offsets)
+                and not in_transactions
+            ):
                 expired += len(doomed)
                 await self._bury(group)
                 continue
@@ -1063,12 +1247,78 @@ class GroupCoordinator:
                     )
                 except CoordinatorError:
                     continue
+                # Only committed offsets expire: an open transaction's stay pending
+                # (and keep the group alive, as Kafka's hasOffsets does).
                 for tp in doomed:
                     group.offsets.pop(tp, None)
+                    group.offset_positions.pop(tp, None)
                 expired += len(doomed)
         if expired:
             log.info("event=offsets_expired count=%d", expired)
         return expired
+
+
+class _Replay:
+    """What loading an offsets partition has gathered so far, batch by batch (Kafka's
+    loadGroupsAndOffsets): plain offsets by key, group metadata, and per producer the
+    offsets its open transaction wrote, which its marker commits or drops."""
+
+    def __init__(self) -> None:
+        self.offsets: dict[str, dict[tuple[str, int], PendingOffset | None]] = {}
+        self.metadata: dict[str, Group | None] = {}
+        self.pending: dict[int, dict[tuple[str, tuple[str, int]], PendingOffset | None]] = {}
+
+    def marker(self, producer_id: int, commit: bool) -> None:
+        """The producer's transaction ended here: its offsets count (commit) or not."""
+        written = self.pending.pop(producer_id, {})
+        if not commit:
+            return
+        for (group_id, tp), entry in written.items():
+            if entry is None:
+                continue
+            current = self.offsets.setdefault(group_id, {}).get(tp)
+            if current is None or current.position < entry.position:
+                self.offsets[group_id][tp] = entry
+
+    def record(self, header: BatchHeader, record: Record) -> None:
+        assert record.key is not None
+        key = parse_key(record.key)
+        if isinstance(key, OffsetKey):
+            tp = (key.topic, key.partition)
+            entry = None
+            if record.value is not None:
+                v = parse_offset_value(record.value)
+                committed = CommittedOffset(
+                    v.offset, v.leader_epoch, v.metadata, v.commit_timestamp, v.expire_timestamp
+                )
+                entry = PendingOffset(header.base_offset, committed)
+            if header.is_transactional:
+                self.pending.setdefault(header.producer_id, {})[(key.group, tp)] = entry
+            else:
+                self.offsets.setdefault(key.group, {})[tp] = entry
+        elif isinstance(key, GroupKey):
+            self.metadata[key.group] = (
+                None
+                if record.value is None
+                else Group.from_value(key.group, parse_group_value(record.value))
+            )
+
+    def groups(self) -> dict[str, Group]:
+        open_txns: dict[str, dict[int, dict[tuple[str, int], PendingOffset]]] = {}
+        for producer_id, written in self.pending.items():
+            for (group_id, tp), entry in written.items():
+                if entry is not None:
+                    open_txns.setdefault(group_id, {}).setdefault(producer_id, {})[tp] = entry
+        groups: dict[str, Group] = {}
+        for group_id in set(self.offsets) | set(self.metadata) | set(open_txns):
+            group = self.metadata.get(group_id) or Group(group_id)
+            stored = {tp: entry for tp, entry in self.offsets.get(group_id, {}).items() if entry}
+            group.offsets = {tp: entry.offset for tp, entry in stored.items()}
+            group.offset_positions = {tp: entry.position for tp, entry in stored.items()}
+            group.pending_txn_offsets = open_txns.get(group_id, {})
+            if group.members or group.has_offsets or self.metadata.get(group_id) is not None:
+                groups[group_id] = group
+        return groups
 
 
 def _java_length(text: str) -> int:

@@ -47,6 +47,15 @@ class CommittedOffset:
     expire_timestamp: int = -1
 
 
+@dataclass(frozen=True, slots=True)
+class PendingOffset:
+    """A transactional offset commit written to the log, waiting for its transaction's marker."""
+
+    position: int
+    """Offset of the record's batch in ``__consumer_offsets``: the later write wins."""
+    offset: CommittedOffset
+
+
 @dataclass(eq=False)
 class Member:
     member_id: str
@@ -99,6 +108,13 @@ class Group:
     pending_sync: set[str] = field(default_factory=set)
     """Members given this generation that have not sent a SyncGroup for it yet."""
     offsets: dict[tuple[str, int], CommittedOffset] = field(default_factory=dict)
+    offset_positions: dict[tuple[str, int], int] = field(default_factory=dict)
+    """Where in ``__consumer_offsets`` each committed offset was written, so a
+    transaction that commits later cannot undo a plain commit written after it."""
+    pending_txn_offsets: dict[int, dict[tuple[str, int], PendingOffset]] = field(
+        default_factory=dict
+    )
+    """producer id -> offsets its open transaction wrote (TxnOffsetCommit), not visible yet."""
     new_member_added: bool = False
     initial_join: bool = False
     """The first rebalance of an empty group: it waits out its delay, never ends early."""
@@ -107,6 +123,64 @@ class Group:
 
     def is_(self, *states: GroupState) -> bool:
         return self.state in states
+
+    # -- offsets -------------------------------------------------------------------
+
+    def store_offsets(self, position: int, offsets: dict[tuple[str, int], CommittedOffset]) -> None:
+        """Offsets a plain commit wrote at ``position``: visible now."""
+        self.offsets.update(offsets)
+        self.offset_positions.update(dict.fromkeys(offsets, position))
+
+    def remove_offsets(self, partitions: list[tuple[str, int]]) -> None:
+        """Forget committed offsets, and the pending transactional ones of the same partitions
+        (as Kafka's removeOffsets: a deleted offset is not brought back by a later marker)."""
+        for tp in partitions:
+            self.offsets.pop(tp, None)
+            self.offset_positions.pop(tp, None)
+            for pending in self.pending_txn_offsets.values():
+                pending.pop(tp, None)
+
+    def prepare_txn_offsets(
+        self, producer_id: int, position: int, offsets: dict[tuple[str, int], CommittedOffset]
+    ) -> None:
+        pending = self.pending_txn_offsets.setdefault(producer_id, {})
+        for tp, committed in offsets.items():
+            pending[tp] = PendingOffset(position, committed)
+
+    def forget_txn_offsets(self, producer_id: int, position: int) -> None:
+        """A transactional write that failed: drop what it made pending (unless a later
+        write of the same producer replaced it)."""
+        pending = self.pending_txn_offsets.get(producer_id, {})
+        for tp in [tp for tp, entry in pending.items() if entry.position == position]:
+            del pending[tp]
+        if not pending:
+            self.pending_txn_offsets.pop(producer_id, None)
+
+    def complete_txn_offsets(self, producer_id: int, commit: bool) -> int:
+        """The producer's transaction ended: its offsets become committed, or are dropped.
+
+        A committed one replaces the current offset only if it was written
+        after it (Kafka's olderThan): a plain commit written while the
+        transaction was open stays. Returns how many offsets were committed.
+        """
+        pending = self.pending_txn_offsets.pop(producer_id, {})
+        if not commit:
+            return 0
+        applied = 0
+        for tp, entry in pending.items():
+            if self.offset_positions.get(tp, -1) < entry.position:
+                self.offsets[tp] = entry.offset
+                self.offset_positions[tp] = entry.position
+                applied += 1
+        return applied
+
+    def has_pending_offset(self, tp: tuple[str, int]) -> bool:
+        return any(tp in pending for pending in self.pending_txn_offsets.values())
+
+    @property
+    def has_offsets(self) -> bool:
+        """Committed or pending: a group with either is not dead yet (Kafka's hasOffsets)."""
+        return bool(self.offsets) or any(self.pending_txn_offsets.values())
 
     def supports(self, protocol_type: str, protocols: list[tuple[str, bytes]]) -> bool:
         """Kafka's rule: an empty group takes anything; else same type and a protocol in common."""

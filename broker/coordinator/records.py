@@ -15,6 +15,10 @@ int32-length, arrays int32-counted (Kafka's non-flexible encoding)::
                                  rebalance_timeout int32, session_timeout int32,
                                  subscription bytes, assignment bytes]
 
+Transactional offset commits (TxnOffsetCommit) are ordinary offset records in
+a transactional batch of the producer; its transaction's end is a control
+batch of that producer (:mod:`shoal.broker.log.markers`).
+
 A null value is a tombstone: the offset, or the whole group, is gone. Kafka
 writes these same bytes, so its tools read our topic and ours read theirs;
 kio carries no schema for these internal records, hence the hand codec.

@@ -1,4 +1,10 @@
-"""OffsetCommit (8), OffsetFetch (9, including the multi-group form of v8+), OffsetDelete (47)."""
+"""OffsetCommit (8), OffsetFetch (9, including the multi-group form of v8+), OffsetDelete (47),
+and TxnOffsetCommit (28): offsets written inside a producer's transaction.
+
+OffsetFetch v7+ may ask for stable offsets only (KIP-447 ``require_stable``):
+a partition with a transactional offset still waiting for its marker is then
+answered UNSTABLE_OFFSET_COMMIT, and the client asks again.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +18,49 @@ from shoal.wire import ErrorCode
 NO_OFFSET: Final = -1
 GROUP_LEVEL_ERROR_VERSION: Final = 2
 MULTI_GROUP_VERSION: Final = 8
+REQUIRE_STABLE_VERSION: Final = 7
+
+
+async def handle_txn_offset_commit(
+    services: BrokerServices, ctx: RequestContext, request: Any
+) -> Any:
+    api = ctx.api
+    now = services.clock()
+    offsets = {
+        (topic.name, p.partition_index): CommittedOffset(
+            p.committed_offset,
+            getattr(p, "committed_leader_epoch", -1),
+            p.committed_metadata or "",
+            now,
+        )
+        for topic in request.topics
+        for p in topic.partitions
+    }
+    results = await services.groups.commit_transactional_offsets(
+        request.group_id,
+        request.producer_id,
+        request.producer_epoch,
+        getattr(request, "member_id", ""),
+        getattr(request, "generation_id", -1),
+        getattr(request, "group_instance_id", None),
+        offsets,
+    )
+    topics = tuple(
+        api.make(
+            "TxnOffsetCommitResponseTopic",
+            name=topic.name,
+            partitions=tuple(
+                api.make(
+                    "TxnOffsetCommitResponsePartition",
+                    partition_index=p.partition_index,
+                    error_code=results[(topic.name, p.partition_index)],
+                )
+                for p in topic.partitions
+            ),
+        )
+        for topic in request.topics
+    )
+    return api.response(throttle_time=NO_THROTTLE, topics=topics)
 
 
 async def handle_offset_commit(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
@@ -64,6 +113,7 @@ def _fetch_topics(
     topic_class: str,
     partition_class: str,
     per_partition_errors: bool,
+    require_stable: bool,
 ) -> tuple[ErrorCode, tuple[Any, ...]]:
     """One group's committed offsets: the asked partitions, or all (``topics`` null)."""
     api = ctx.api
@@ -71,8 +121,13 @@ def _fetch_topics(
     code, found = services.groups.fetch_offsets(group_id, wanted)
     if code is not E.none and per_partition_errors:
         found = dict.fromkeys(wanted or [], None)
+    unstable = services.groups.unstable_partitions(group_id) if require_stable else frozenset()
     by_topic: dict[str, list[Any]] = {}
-    for (topic, partition), committed in found.items():
+    for tp, stored in found.items():
+        topic, partition = tp
+        committed, partition_code = stored, code if per_partition_errors else E.none
+        if tp in unstable:
+            committed, partition_code = None, E.unstable_offset_commit
         by_topic.setdefault(topic, []).append(
             api.make(
                 partition_class,
@@ -80,7 +135,7 @@ def _fetch_topics(
                 committed_offset=committed.offset if committed else NO_OFFSET,
                 committed_leader_epoch=committed.leader_epoch if committed else -1,
                 metadata=committed.metadata if committed else "",
-                error_code=code if per_partition_errors else E.none,
+                error_code=partition_code,
             )
         )
     return code, tuple(
@@ -91,6 +146,7 @@ def _fetch_topics(
 
 async def handle_offset_fetch(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     api = ctx.api
+    require_stable = ctx.version >= REQUIRE_STABLE_VERSION and request.require_stable
     if ctx.version >= MULTI_GROUP_VERSION:
         groups = []
         for group in request.groups:
@@ -102,6 +158,7 @@ async def handle_offset_fetch(services: BrokerServices, ctx: RequestContext, req
                 "OffsetFetchResponseTopics",
                 "OffsetFetchResponsePartitions",
                 per_partition_errors=False,
+                require_stable=require_stable,
             )
             groups.append(
                 api.make(
@@ -121,6 +178,7 @@ async def handle_offset_fetch(services: BrokerServices, ctx: RequestContext, req
         "OffsetFetchResponseTopic",
         "OffsetFetchResponsePartition",
         per_partition_errors=per_partition,
+        require_stable=require_stable,
     )
     return api.response(throttle_time=NO_THROTTLE, topics=topics, error_code=code)
 

@@ -2,7 +2,12 @@
 
 Record batches pass through as the client wrote them and as the broker
 stored them; only topic names (and, for Fetch v13+, topic ids) are checked
-and mapped. A topic the key may not use keeps its slot in the response with
+and mapped. Everything transactions need passes untouched: a Fetch's and a
+ListOffsets' isolation level, and a read_committed Fetch's last stable
+offset and aborted transactions (the broker's producer ids are the ones in
+the batches the client filters with them).
+
+A topic the key may not use keeps its slot in the response with
 TOPIC_AUTHORIZATION_FAILED, and the rest of the request goes on to the broker.
 A topic id that is not one of the tenant's topics gets UNKNOWN_TOPIC_ID, the
 same answer as an id that does not exist, so ids reveal nothing.
@@ -35,6 +40,7 @@ from shoal.tenancy.model import Operation
 
 CONSUMER_REPLICA_ID: Final = -1
 """Only consumers fetch through the gateway; replica fetches are the brokers' own."""
+READ_COMMITTED: Final = 1
 
 
 async def produce(ctx: RequestContext, request: Any) -> Step:
@@ -110,6 +116,10 @@ async def fetch(ctx: RequestContext, request: Any) -> Step:
         for topic in getattr(request, "forgotten_topics_data", None) or ()
         if await _fetchable(ctx, topic, by_id) is None
     ]
+    # A refused slot is shaped as the broker shapes a partition for this
+    # isolation level: read_committed always carries a (here empty) aborted
+    # transactions list, read_uncommitted carries none.
+    aborted: tuple[Any, ...] | None = () if request.isolation_level == READ_COMMITTED else None
     refusals = tuple(
         api.make(
             "FetchableTopicResponse",
@@ -123,7 +133,7 @@ async def fetch(ctx: RequestContext, request: Any) -> Step:
                     high_watermark=-1,
                     last_stable_offset=-1,
                     log_start_offset=-1,
-                    aborted_transactions=None,
+                    aborted_transactions=aborted,
                     preferred_read_replica=-1,
                     records=None,
                 )

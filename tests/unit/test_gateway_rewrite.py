@@ -28,7 +28,15 @@ from typing import Any
 
 import pytest
 from shoal.gateway.access import TenantAccess
-from shoal.gateway.apis import REWRITERS, client_quotas, cluster, groups, records, topics
+from shoal.gateway.apis import (
+    REWRITERS,
+    client_quotas,
+    cluster,
+    groups,
+    records,
+    topics,
+    transactions,
+)
 from shoal.gateway.apis.base import (
     NOT_REQUESTED,
     Answer,
@@ -36,7 +44,9 @@ from shoal.gateway.apis.base import (
     RefusedRequestError,
     RequestContext,
     Step,
+    replace,
 )
+from shoal.gateway.server import offered_versions
 from shoal.tenancy.acl import default_bindings, read_only_bindings
 from shoal.tenancy.model import (
     AclBinding,
@@ -47,7 +57,14 @@ from shoal.tenancy.model import (
     ResourceType,
 )
 
-from shoal.wire import ApiSchema, ErrorCode, decode_request, schema
+from shoal.wire import (
+    ApiSchema,
+    ErrorCode,
+    UnknownApiKeyError,
+    UnsupportedVersionError,
+    decode_request,
+    schema,
+)
 from shoal.wire.codec import encode_request
 
 TENANT = "acme"
@@ -1643,6 +1660,351 @@ async def test_alter_client_quotas_validate_only_writes_nothing() -> None:
     assert [e.error_code for e in response.entries] == [ErrorCode.none]
     assert store.writes == []
     assert store.quotas["acme"].producer_byte_rate == 1e6
+
+
+# Transactions
+#
+# A transactional id lives in the tenant's namespace like a topic or a group,
+# so another tenant can neither find, fence nor commit it; the broker-internal
+# WriteTxnMarkers is never offered; read_committed fetches keep the broker's
+# last stable offset and aborted transactions.
+
+
+def other_tenant_context(api_key: int, version: int) -> RequestContext:
+    access = TenantAccess(
+        OTHER_TENANT, "key-2", default_bindings(OTHER_TENANT, "key-2"), Quotas(), False
+    )
+    return RequestContext(access, schema(api_key, version), StubLookups(), StubQuotaStore())
+
+
+@pytest.mark.parametrize("version", [0, 5])
+async def test_init_producer_id_keeps_each_tenants_transactional_ids_apart(version: int) -> None:
+    mine, theirs = context(22, version), other_tenant_context(22, version)
+
+    def request(api: ApiSchema, txn: str) -> Any:
+        return api.request(transactional_id=txn, transaction_timeout=datetime.timedelta(minutes=1))
+
+    sent_mine = broker_receives(
+        mine.api, await transactions.init_producer_id(mine, request(mine.api, "tx"))
+    )
+    sent_theirs = broker_receives(
+        theirs.api, await transactions.init_producer_id(theirs, request(theirs.api, "tx"))
+    )
+    # Naming the other tenant's id as the brokers know it stays in one's own namespace.
+    sent_spoof = broker_receives(
+        theirs.api, await transactions.init_producer_id(theirs, request(theirs.api, "acme.tx"))
+    )
+
+    assert sent_mine.transactional_id == "acme.tx"
+    assert sent_theirs.transactional_id == "globex.tx"
+    assert sent_spoof.transactional_id == "globex.acme.tx"
+
+
+async def test_init_producer_id_for_a_denied_transactional_id_is_refused() -> None:
+    ctx = context(22, 4, bindings=denying(TXN, "tx", Operation.WRITE))
+    request = ctx.api.request(
+        transactional_id="tx", transaction_timeout=datetime.timedelta(minutes=1)
+    )
+
+    response = answered(ctx.api, await transactions.init_producer_id(ctx, request))
+
+    assert response.error_code == ErrorCode.transactional_id_authorization_failed
+    assert (response.producer_id, response.producer_epoch) == (-1, -1)
+
+
+@pytest.mark.parametrize("version", [1, 4])
+async def test_find_coordinator_for_a_transactional_id_maps_it_inward(version: int) -> None:
+    ctx = context(10, version)
+    request = (
+        ctx.api.request(coordinator_keys=("tx",), key_type=1)
+        if version >= 4
+        else ctx.api.request(key="tx", key_type=1)
+    )
+
+    sent = broker_receives(ctx.api, await cluster.find_coordinator(ctx, request))
+
+    keys = sent.coordinator_keys if version >= 4 else (sent.key,)
+    assert (keys, sent.key_type) == (("acme.tx",), 1)
+
+
+async def test_add_partitions_to_txn_maps_the_id_and_topics_both_ways() -> None:
+    ctx = context(24, 3)
+    request = ctx.api.request(
+        v3_and_below_transactional_id="tx",
+        v3_and_below_producer_id=7,
+        v3_and_below_producer_epoch=0,
+        v3_and_below_topics=(
+            ctx.api.make_request("AddPartitionsToTxnTopic", name="orders", partitions=(0, 1)),
+        ),
+    )
+
+    step = await transactions.add_partitions_to_txn(ctx, request)
+
+    sent = broker_receives(ctx.api, step)
+    assert sent.v3_and_below_transactional_id == "acme.tx"
+    assert [t.name for t in sent.v3_and_below_topics] == ["acme.orders"]
+    broker = ctx.api.response(
+        throttle_time=NO_THROTTLE,
+        results_by_topic_v3_and_below=(
+            ctx.api.make(
+                "AddPartitionsToTxnTopicResult",
+                name="acme.orders",
+                results_by_partition=tuple(
+                    ctx.api.make(
+                        "AddPartitionsToTxnPartitionResult",
+                        partition_index=i,
+                        partition_error_code=ErrorCode.none,
+                    )
+                    for i in (0, 1)
+                ),
+            ),
+        ),
+    )
+    response = finished(ctx.api, step, broker)
+    assert [t.name for t in response.results_by_topic_v3_and_below] == ["orders"]
+
+
+def test_the_broker_batched_add_partitions_to_txn_is_not_offered_to_clients() -> None:
+    """v4+ (KIP-890) is brokers verifying transactions among themselves."""
+    offered = offered_versions({24: (0, 5), 22: (0, 5)})
+    assert offered[24] == (0, 3)
+    api = schema(24, 4)
+    frame = encode_request(api, 1, "tenant", minimal_entity(api.request_class, "x"))
+    with pytest.raises(UnsupportedVersionError):
+        decode_request(frame[4:], offered)
+
+
+def test_write_txn_markers_is_never_offered_nor_accepted_from_a_client() -> None:
+    """Only a transaction coordinator writes markers (Kafka wants CLUSTER_ACTION); a
+    tenant asking for it is refused like any API the gateway does not serve."""
+    offered = offered_versions({27: (0, 1), 26: (0, 3)})
+    assert 27 not in REWRITERS
+    assert 27 not in offered
+    api = schema(27, 1)
+    markers = api.request(
+        markers=(
+            api.make_request(
+                "WritableTxnMarker",
+                producer_id=7,
+                producer_epoch=0,
+                transaction_result=True,
+                topics=(
+                    api.make_request(
+                        "WritableTxnMarkerTopic", name="acme.orders", partition_indexes=(0,)
+                    ),
+                ),
+                coordinator_epoch=0,
+            ),
+        )
+    )
+    frame = encode_request(api, 1, "tenant", markers)
+    with pytest.raises(UnknownApiKeyError):
+        decode_request(frame[4:], offered)
+
+
+async def test_add_offsets_and_end_txn_map_the_transactional_id_and_group() -> None:
+    add = context(25, 3)
+    sent = broker_receives(
+        add.api,
+        await transactions.add_offsets_to_txn(
+            add,
+            add.api.request(transactional_id="tx", producer_id=7, producer_epoch=0, group_id="g"),
+        ),
+    )
+    assert (sent.transactional_id, sent.group_id) == ("acme.tx", "acme.g")
+    end = context(26, 3)
+    sent = broker_receives(
+        end.api,
+        await transactions.end_txn(
+            end,
+            end.api.request(transactional_id="tx", producer_id=7, producer_epoch=0, committed=True),
+        ),
+    )
+    assert (sent.transactional_id, sent.committed) == ("acme.tx", True)
+
+
+async def test_end_txn_for_another_tenants_id_as_the_brokers_name_it_stays_in_the_namespace() -> (
+    None
+):
+    ctx = other_tenant_context(26, 3)
+    request = ctx.api.request(
+        transactional_id="acme.tx", producer_id=7, producer_epoch=0, committed=False
+    )
+
+    sent = broker_receives(ctx.api, await transactions.end_txn(ctx, request))
+
+    assert sent.transactional_id == "globex.acme.tx"
+
+
+def txn_offset_commit_request(api: ApiSchema, names: Sequence[str], **fields: Any) -> Any:
+    values: dict[str, Any] = {
+        "transactional_id": "tx",
+        "group_id": "g",
+        "producer_id": 7,
+        "producer_epoch": 0,
+        "generation_id": 5,
+        "member_id": "member-1",
+        "group_instance_id": "instance-1",
+    }
+    values.update(fields)
+    return api.request(
+        **values,
+        topics=tuple(
+            api.make_request(
+                "TxnOffsetCommitRequestTopic",
+                name=name,
+                partitions=(
+                    api.make_request(
+                        "TxnOffsetCommitRequestPartition",
+                        partition_index=0,
+                        committed_offset=42,
+                        committed_metadata=None,
+                    ),
+                ),
+            )
+            for name in names
+        ),
+    )
+
+
+@pytest.mark.parametrize("version", [0, 3])
+async def test_txn_offset_commit_maps_id_group_and_topics_both_ways(version: int) -> None:
+    ctx = context(28, version, bindings=denying(TOPIC, "secret", Operation.READ))
+    request = txn_offset_commit_request(ctx.api, ["orders", "secret"])
+
+    step = await groups.txn_offset_commit(ctx, request)
+
+    sent = broker_receives(ctx.api, step)
+    assert (sent.transactional_id, sent.group_id) == ("acme.tx", "acme.g")
+    assert [t.name for t in sent.topics] == ["acme.orders"]
+    if version >= 3:
+        assert (sent.generation_id, sent.member_id, sent.group_instance_id) == (
+            5,
+            "member-1",
+            "instance-1",
+        )
+    broker = ctx.api.response(
+        throttle_time=NO_THROTTLE,
+        topics=(
+            ctx.api.make(
+                "TxnOffsetCommitResponseTopic",
+                name="acme.orders",
+                partitions=(
+                    ctx.api.make(
+                        "TxnOffsetCommitResponsePartition",
+                        partition_index=0,
+                        error_code=ErrorCode.none,
+                    ),
+                ),
+            ),
+        ),
+    )
+    topics = by_name(finished(ctx.api, step, broker).topics)
+    assert set(topics) == {"orders", "secret"}
+    assert topics["secret"].partitions[0].error_code == ErrorCode.topic_authorization_failed
+
+
+async def test_txn_offset_commit_with_a_denied_transactional_id_refuses_every_topic() -> None:
+    ctx = context(28, 3, bindings=denying(TXN, "tx", Operation.WRITE))
+
+    response = answered(
+        ctx.api, await groups.txn_offset_commit(ctx, txn_offset_commit_request(ctx.api, ["orders"]))
+    )
+
+    assert [p.error_code for t in response.topics for p in t.partitions] == [
+        ErrorCode.transactional_id_authorization_failed
+    ]
+
+
+@pytest.mark.parametrize("version", [4, 12, 16])
+async def test_read_committed_fetch_keeps_the_isolation_level_and_the_brokers_answer(
+    version: int,
+) -> None:
+    topic_ref: str | uuid.UUID = ORDERS_ID if version >= 13 else "orders"
+    broker_ref: str | uuid.UUID = ORDERS_ID if version >= 13 else "acme.orders"
+    ctx = context(1, version)
+    request = replace(fetch_request(ctx.api, [topic_ref]), isolation_level=1)
+
+    step = await records.fetch(ctx, request)
+
+    assert broker_receives(ctx.api, step).isolation_level == 1
+    aborted = (
+        ctx.api.make("AbortedTransaction", producer_id=4000, first_offset=3),
+        ctx.api.make("AbortedTransaction", producer_id=4001, first_offset=8),
+    )
+    broker = fetch_response(ctx.api, [broker_ref])
+    partition = replace(
+        broker.responses[0].partitions[0], last_stable_offset=7, aborted_transactions=aborted
+    )
+    broker = replace(broker, responses=(replace(broker.responses[0], partitions=(partition,)),))
+    (got,) = finished(ctx.api, step, broker).responses[0].partitions
+    assert got.last_stable_offset == 7
+    assert [(a.producer_id, a.first_offset) for a in got.aborted_transactions] == [
+        (4000, 3),
+        (4001, 8),
+    ]
+
+
+@pytest.mark.parametrize("version", [7, 8])
+async def test_offset_fetch_keeps_require_stable(version: int) -> None:
+    """KIP-447: a transactional consumer asks for offsets no open transaction may change."""
+    ctx = context(9, version)
+    api = ctx.api
+    if version >= 8:
+        wanted = (
+            api.make_request("OffsetFetchRequestTopics", name="orders", partition_indexes=(0,)),
+        )
+        request = api.request(
+            groups=(api.make_request("OffsetFetchRequestGroup", group_id="g", topics=wanted),),
+            require_stable=True,
+        )
+    else:
+        wanted = (
+            api.make_request("OffsetFetchRequestTopic", name="orders", partition_indexes=(0,)),
+        )
+        request = api.request(group_id="g", topics=wanted, require_stable=True)
+
+    sent = broker_receives(api, await groups.offset_fetch(ctx, request))
+
+    assert sent.require_stable is True
+
+
+@pytest.mark.parametrize(("isolation", "expected"), [(0, None), (1, ())])
+async def test_a_refused_fetch_slot_is_shaped_for_the_isolation_level(
+    isolation: int, expected: tuple[Any, ...] | None
+) -> None:
+    ctx = context(1, 12, bindings=denying(TOPIC, "secret", Operation.READ))
+    request = replace(fetch_request(ctx.api, ["orders", "secret"]), isolation_level=isolation)
+
+    step = await records.fetch(ctx, request)
+
+    response = finished(ctx.api, step, fetch_response(ctx.api, ["acme.orders"]))
+    (refused,) = by_name(response.responses, "topic")["secret"].partitions
+    assert refused.error_code == ErrorCode.topic_authorization_failed
+    assert refused.aborted_transactions == expected
+
+
+@pytest.mark.parametrize("version", [2, 8])
+async def test_list_offsets_keeps_the_isolation_level(version: int) -> None:
+    ctx = context(2, version)
+    request = ctx.api.request(
+        replica_id=-1,
+        isolation_level=1,
+        topics=(
+            ctx.api.make_request(
+                "ListOffsetsTopic",
+                name="orders",
+                partitions=(
+                    ctx.api.make_request("ListOffsetsPartition", partition_index=0, timestamp=-1),
+                ),
+            ),
+        ),
+    )
+
+    sent = broker_receives(ctx.api, await records.list_offsets(ctx, request))
+
+    assert sent.isolation_level == 1
+    assert [t.name for t in sent.topics] == ["acme.orders"]
 
 
 # Every rewriter at both ends of its version range
