@@ -42,6 +42,7 @@ from shoal.broker.handlers.base import BrokerServices
 from shoal.broker.log.cleaner.manager import CleanerSettings
 from shoal.broker.log.manager import LogManager, LogManagerSettings
 from shoal.broker.metrics import BrokerCollector, RequestMetrics, broker_registry
+from shoal.broker.partition import NotLeaderError, Partition
 from shoal.broker.producer_ids import ProducerIdManager
 from shoal.broker.replica_manager import ReplicaManager
 from shoal.broker.replication.fetcher import FetcherSettings
@@ -49,6 +50,8 @@ from shoal.broker.server.connection import KafkaConnection
 from shoal.broker.server.dispatcher import Dispatcher
 from shoal.broker.server.tracing import BrokerTracing
 from shoal.broker.topic_admin import TopicAdmin
+from shoal.broker.txn.coordinator import TransactionCoordinator
+from shoal.broker.txn.markers import TxnMarkerSender, write_markers
 
 from shoal.host_port import split_host_port
 from shoal.metrics import serve_metrics
@@ -142,15 +145,35 @@ class Broker:
                 ),
                 lambda topic: replicas.log_config(topic).unclean_leader_election_enable,
             )
+            producer_ids = ProducerIdManager(store)
+            markers = TxnMarkerSender(
+                self.node_id,
+                lambda: cache.image,
+                lambda marker: write_markers(
+                    _hosted(replicas), groups.complete_transaction, marker
+                ),
+                config.transaction_config().marker_retry_backoff_ms,
+            )
+            transactions = TransactionCoordinator(
+                replicas,
+                config.transaction_config(),
+                wall_clock_ms,
+                producer_ids.generate,
+                markers,
+                groups.partition_of,
+            )
             replicas.apply(first)
             groups.on_partitions_changed()
+            transactions.on_partitions_changed()
             controller.on_image(first)
             cache.add_listener(replicas.apply)
             cache.add_listener(lambda _image: groups.on_partitions_changed())
+            cache.add_listener(lambda _image: transactions.on_partitions_changed())
             cache.add_listener(controller.on_image)
             following = asyncio.create_task(_follow(images, cache), name="metadata-follow")
             logs.start()
             groups.start()
+            transactions.start()
             admin = TopicAdmin(
                 store,
                 cache,
@@ -165,7 +188,8 @@ class Broker:
                 replicas,
                 admin,
                 groups,
-                ProducerIdManager(store),
+                transactions,
+                producer_ids,
                 wall_clock_ms,
                 controller,
                 ControllerForwarder(self.node_id, lambda: cache.image),
@@ -174,6 +198,8 @@ class Broker:
                 await self._serve(services, store, controller, stop)
             finally:
                 await services.forwarder.close()
+                await transactions.close()
+                await markers.close()
                 await groups.close()
                 await replicas.close()
             following.cancel()
@@ -301,6 +327,19 @@ def _fetcher_settings(config: BrokerConfig) -> FetcherSettings:
         partition_max_bytes=config.replica_fetch_max_bytes,
         backoff_ms=config.replica_fetch_backoff_ms,
     )
+
+
+def _hosted(replicas: ReplicaManager) -> Callable[[str, int], Partition]:
+    """The partition this broker hosts; NotLeaderError for one it does not (its
+    leader may have moved here meanwhile: the marker sender retries)."""
+
+    def lookup(topic: str, index: int) -> Partition:
+        partition = replicas.get(topic, index)
+        if partition is None:
+            raise NotLeaderError(f"{topic}-{index} is not hosted here")
+        return partition
+
+    return lookup
 
 
 def _partition_exists(cache: MetadataCache) -> Callable[[str, int], bool]:

@@ -16,6 +16,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from shoal.broker.coordinator.config import GroupConfig
 from shoal.broker.log.config import validate_broker_defaults
+from shoal.broker.txn.config import TransactionConfig
 
 from shoal.host_port import split_host_port
 
@@ -142,6 +143,54 @@ class BrokerConfig(BaseSettings):
     group_max_size: int = Field(
         2**31 - 1, ge=1, description="Most members a group may have (group.max.size)."
     )
+    transaction_max_timeout_ms: int = Field(
+        900000,
+        ge=1,
+        description="Longest transaction timeout a producer may ask for; longer ones get"
+        " INVALID_TRANSACTION_TIMEOUT (transaction.max.timeout.ms).",
+    )
+    transaction_state_log_num_partitions: int = Field(
+        50,
+        ge=1,
+        description="Partitions of __transaction_state (transaction.state.log.num.partitions).",
+    )
+    transaction_state_log_replication_factor: int | None = Field(
+        None,
+        ge=1,
+        description="Replicas of __transaction_state (transaction.state.log.replication.factor,"
+        " 3 in Kafka); by default the offsets topic's, so one setting sizes both internal"
+        " topics. Until this many brokers are up, transactional producers get"
+        " COORDINATOR_NOT_AVAILABLE.",
+    )
+    transaction_state_log_min_isr: int = Field(
+        2,
+        ge=1,
+        description="min.insync.replicas of __transaction_state, at most its replication"
+        " factor (transaction.state.log.min.isr).",
+    )
+    transaction_state_log_segment_bytes: int = Field(
+        104857600,
+        ge=1024,
+        description="Segment size of __transaction_state (transaction.state.log.segment.bytes).",
+    )
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = Field(
+        10000,
+        ge=10,
+        description="How often transactions past their timeout are aborted"
+        " (transaction.abort.timed.out.transaction.cleanup.interval.ms).",
+    )
+    transactional_id_expiration_ms: int = Field(
+        604800000,
+        ge=1,
+        description="How long the state of a transactional id without transactions is kept"
+        " (transactional.id.expiration.ms).",
+    )
+    transaction_remove_expired_transaction_cleanup_interval_ms: int = Field(
+        3600000,
+        ge=10,
+        description="How often expired transactional ids are removed"
+        " (transaction.remove.expired.transaction.cleanup.interval.ms).",
+    )
     producer_id_expiration_ms: int = Field(
         86400000,
         ge=1,
@@ -227,6 +276,25 @@ class BrokerConfig(BaseSettings):
             offset_metadata_max_bytes=self.offset_metadata_max_bytes,
             offsets_topic_num_partitions=self.offsets_topic_num_partitions,
             offsets_topic_replication_factor=self.offsets_topic_replication_factor,
+        )
+
+    def transaction_config(self) -> TransactionConfig:
+        return TransactionConfig(
+            transaction_max_timeout_ms=self.transaction_max_timeout_ms,
+            transaction_state_log_num_partitions=self.transaction_state_log_num_partitions,
+            transaction_state_log_replication_factor=(
+                self.transaction_state_log_replication_factor
+                or self.offsets_topic_replication_factor
+            ),
+            transaction_state_log_min_isr=self.transaction_state_log_min_isr,
+            transaction_state_log_segment_bytes=self.transaction_state_log_segment_bytes,
+            transaction_abort_timed_out_transaction_cleanup_interval_ms=(
+                self.transaction_abort_timed_out_transaction_cleanup_interval_ms
+            ),
+            transactional_id_expiration_ms=self.transactional_id_expiration_ms,
+            transaction_remove_expired_transaction_cleanup_interval_ms=(
+                self.transaction_remove_expired_transaction_cleanup_interval_ms
+            ),
         )
 
     @property

@@ -23,6 +23,7 @@ from shoal.broker.handlers.group_offsets import (
     handle_offset_commit,
     handle_offset_delete,
     handle_offset_fetch,
+    handle_txn_offset_commit,
 )
 from shoal.broker.handlers.groups import (
     handle_delete_groups,
@@ -42,7 +43,6 @@ from shoal.broker.handlers.producers import (
     handle_add_partitions_to_txn,
     handle_end_txn,
     handle_init_producer_id,
-    handle_txn_offset_commit,
 )
 from shoal.broker.handlers.reassignments import (
     handle_alter_partition_reassignments,
@@ -53,6 +53,11 @@ from shoal.broker.handlers.topics import (
     handle_create_topics,
     handle_delete_topics,
 )
+from shoal.broker.handlers.transactions import (
+    handle_describe_transactions,
+    handle_list_transactions,
+)
+from shoal.broker.handlers.txn_markers import handle_write_txn_markers
 
 PRODUCE: Final = 0
 FETCH: Final = 1
@@ -76,6 +81,7 @@ OFFSET_FOR_LEADER_EPOCH: Final = 23
 ADD_PARTITIONS_TO_TXN: Final = 24
 ADD_OFFSETS_TO_TXN: Final = 25
 END_TXN: Final = 26
+WRITE_TXN_MARKERS: Final = 27
 TXN_OFFSET_COMMIT: Final = 28
 DESCRIBE_CONFIGS: Final = 32
 DESCRIBE_LOG_DIRS: Final = 35
@@ -87,6 +93,8 @@ LIST_PARTITION_REASSIGNMENTS: Final = 46
 OFFSET_DELETE: Final = 47
 ALTER_PARTITION: Final = 56
 DESCRIBE_CLUSTER: Final = 60
+DESCRIBE_TRANSACTIONS: Final = 65
+LIST_TRANSACTIONS: Final = 66
 
 API_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     PRODUCE: (3, 11),
@@ -108,9 +116,10 @@ API_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     DELETE_RECORDS: (0, 2),
     INIT_PRODUCER_ID: (0, 5),
     OFFSET_FOR_LEADER_EPOCH: (2, 4),
-    ADD_PARTITIONS_TO_TXN: (0, 3),
+    ADD_PARTITIONS_TO_TXN: (0, 5),
     ADD_OFFSETS_TO_TXN: (0, 3),
     END_TXN: (0, 3),
+    WRITE_TXN_MARKERS: (1, 2),
     TXN_OFFSET_COMMIT: (0, 3),
     DESCRIBE_CONFIGS: (1, 4),
     DESCRIBE_LOG_DIRS: (1, 5),
@@ -122,6 +131,8 @@ API_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     OFFSET_DELETE: (0, 0),
     ALTER_PARTITION: (2, 3),
     DESCRIBE_CLUSTER: (0, 1),
+    DESCRIBE_TRANSACTIONS: (0, 0),
+    LIST_TRANSACTIONS: (0, 1),
 }
 
 
@@ -150,6 +161,7 @@ def build_handlers() -> dict[int, Handler]:
         ADD_PARTITIONS_TO_TXN: handle_add_partitions_to_txn,
         ADD_OFFSETS_TO_TXN: handle_add_offsets_to_txn,
         END_TXN: handle_end_txn,
+        WRITE_TXN_MARKERS: handle_write_txn_markers,
         TXN_OFFSET_COMMIT: handle_txn_offset_commit,
         DESCRIBE_CONFIGS: handle_describe_configs,
         DESCRIBE_LOG_DIRS: handle_describe_log_dirs,
@@ -161,4 +173,6 @@ def build_handlers() -> dict[int, Handler]:
         OFFSET_DELETE: handle_offset_delete,
         ALTER_PARTITION: handle_alter_partition,
         DESCRIBE_CLUSTER: handle_describe_cluster,
+        DESCRIBE_TRANSACTIONS: handle_describe_transactions,
+        LIST_TRANSACTIONS: handle_list_transactions,
     }

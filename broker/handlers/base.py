@@ -26,6 +26,7 @@ from shoal.broker.producer_ids import ProducerIdManager
 from shoal.broker.replica_manager import ReplicaManager
 from shoal.broker.server.connection import ConnectionInfo
 from shoal.broker.topic_admin import TopicAdmin
+from shoal.broker.txn.coordinator import TransactionCoordinator
 
 from shoal.wire import ApiSchema, ErrorCode, RecordsSplicer, RequestHeader
 
@@ -64,6 +65,7 @@ class BrokerServices:
     replicas: ReplicaManager
     admin: TopicAdmin
     groups: GroupCoordinator
+    transactions: TransactionCoordinator
     producer_ids: ProducerIdManager
     clock: Callable[[], int]
     controller: Controller
