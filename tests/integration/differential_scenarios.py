@@ -1359,6 +1359,124 @@ def transactional_producer(env: Endpoint) -> Observation:
     return steps
 
 
+def transactional(env: Endpoint, name: str) -> Producer:
+    producer = Producer(
+        env.client(**{"transactional.id": env.topic_name(name), "transaction.timeout.ms": 30000})
+    )
+    producer.init_transactions(TIMEOUT_S)
+    return producer
+
+
+COMMITTED = {"isolation.level": "read_committed"}
+LATEST = {"latest": OffsetSpec.latest()}
+
+
+@scenario()
+def transactions_committed_and_aborted(env: Endpoint) -> Observation:
+    """Commit two records, abort two, commit one: what each isolation level reads, at which
+    offsets (markers take one each), and ListOffsets latest at both levels."""
+    topic = create_topic(env, "txn-mixed")
+    producer = transactional(env, "txn-mixed-id")
+    for label, count, commit in (("a", 2, True), ("b", 2, False), ("c", 1, True)):
+        producer.begin_transaction()
+        for i in range(count):
+            producer.produce(topic, value=f"{label}{i}".encode(), timestamp=env.base_ts + i)
+        if commit:
+            producer.commit_transaction(TIMEOUT_S)
+        else:
+            producer.flush(TIMEOUT_S)
+            producer.abort_transaction(TIMEOUT_S)
+    return {
+        "read_committed": read(env, topic, **COMMITTED),
+        "read_uncommitted": read(env, topic),
+        "latest": list_offsets(env, topic, LATEST),
+        "latest_read_committed": list_offsets(
+            env, topic, LATEST, isolation_level=IsolationLevel.READ_COMMITTED
+        ),
+        "watermarks": watermarks(env, topic),
+    }
+
+
+@scenario()
+def an_open_transaction_holds_back_read_committed(env: Endpoint) -> Observation:
+    """Two plain records, then a transaction left open: read_committed and ListOffsets latest
+    at read_committed stop before it (the last stable offset); after its commit, both
+    move past its marker."""
+    topic = create_topic(env, "txn-open")
+    produce(env, topic, stamped(env, values(2)))
+    producer = transactional(env, "txn-open-id")
+    producer.begin_transaction()
+    producer.produce(topic, value=b"open", timestamp=env.base_ts + 5)
+    producer.flush(TIMEOUT_S)
+
+    def seen() -> Observation:
+        # The read first: Kafka answers the commit before its markers are written, so
+        # ListOffsets right after it may still give the old last stable offset.
+        read_committed = read(env, topic, timeout=SHORT_S, **COMMITTED)
+        return {
+            "read_committed": read_committed,
+            "latest": list_offsets(env, topic, LATEST),
+            "latest_read_committed": list_offsets(
+                env, topic, LATEST, isolation_level=IsolationLevel.READ_COMMITTED
+            ),
+        }
+
+    during = seen()
+    producer.commit_transaction(TIMEOUT_S)
+    return {"during": during, "after": seen()}
+
+
+@scenario()
+def a_fenced_producer_cannot_commit(env: Endpoint) -> Observation:
+    """A second producer with the same transactional id fences the first, whose commit then
+    fails with a fatal error; only the second one's record is read."""
+    topic = create_topic(env, "txn-fenced")
+    zombie = transactional(env, "txn-fenced-id")
+    zombie.begin_transaction()
+    zombie.produce(topic, value=b"zombie", timestamp=env.base_ts)
+    zombie.flush(TIMEOUT_S)
+    successor = transactional(env, "txn-fenced-id")
+    successor.begin_transaction()
+    successor.produce(topic, value=b"successor", timestamp=env.base_ts + 1)
+    successor.commit_transaction(TIMEOUT_S)
+    out: Observation = {}
+    try:
+        zombie.commit_transaction(TIMEOUT_S)
+        out["zombie_commit"] = "ok"
+    except KafkaException as exc:
+        out["zombie_commit"] = error_name(exc)
+        out["fatal"] = exc.args[0].fatal()
+    out["read"] = read(env, topic, **COMMITTED)
+    return out
+
+
+@scenario()
+def offsets_sent_with_a_transaction(env: Endpoint) -> Observation:
+    """send_offsets_to_transaction: an aborted transaction leaves the group's offset where
+    it was; a committed one moves it."""
+    topic = create_topic(env, "txn-offsets")
+    produce(env, topic, stamped(env, values(4)))
+    group = env.group_name("txn-offsets")
+    producer = transactional(env, "txn-offsets-id")
+    metadata = env.consumer(group)
+    try:
+        out: Observation = {}
+        for label, offset, commit in (("aborted", 2, False), ("committed", 3, True)):
+            producer.begin_transaction()
+            producer.send_offsets_to_transaction(
+                [TopicPartition(topic, 0, offset)], metadata.consumer_group_metadata(), TIMEOUT_S
+            )
+            if commit:
+                producer.commit_transaction(TIMEOUT_S)
+            else:
+                producer.abort_transaction(TIMEOUT_S)
+            found = metadata.committed([TopicPartition(topic, 0)], timeout=TIMEOUT_S)
+            out[label] = [tp.offset for tp in found]
+        return out
+    finally:
+        metadata.close()
+
+
 @scenario()
 def describe_cluster(env: Endpoint) -> Observation:
     """DescribeCluster: three brokers, a controller, a cluster id."""

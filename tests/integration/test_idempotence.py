@@ -1,6 +1,6 @@
 """The idempotent producer: exactly once and in order through cut connections, retries
 answered with their original offsets, gaps and old epochs refused, state kept across
-restarts; and transactional producers told plainly that transactions are not there yet."""
+restarts. Transactional producers are tests/integration/test_transactions.py's."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import time
 
 import pytest
 from chaos_proxy import ChaosProxy
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import Producer
 from conftest import BrokerFactory
-from harness import free_port
+from harness import free_port, wait_until
 from kafka_clients import confluent_consume, create_topic
 from kio.schema.errors import ErrorCode
 from raw_kafka import RawConnection, request_class
@@ -224,33 +224,19 @@ def test_kafka_python_is_idempotent_by_default_and_its_batches_carry_its_produce
     assert [h.base_sequence for h in headers] == list(range(len(headers)))
 
 
-def test_transactional_producers_are_refused_at_once(broker: object) -> None:
-    bootstrap = broker.bootstrap  # type: ignore[attr-defined]
-    assert (
-        init_producer_id(bootstrap, "txn-1")[0] == ErrorCode.transactional_id_authorization_failed
-    )
-    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "txn-2"})
-    started = time.monotonic()
-    with pytest.raises(KafkaException) as raised:
-        producer.init_transactions(30)
-    assert time.monotonic() - started < 15
-    assert "does not support transactions" in str(raised.value)
-
-    from kafka import KafkaProducer
-    from kafka.errors import TransactionalIdAuthorizationFailedError
-
-    kafka_python = KafkaProducer(bootstrap_servers=bootstrap, transactional_id="txn-3")
-    started = time.monotonic()
-    with pytest.raises(TransactionalIdAuthorizationFailedError):
-        kafka_python.init_transactions()
-    assert time.monotonic() - started < 15
-    kafka_python.close(timeout=5)
-
-
-def test_the_transaction_apis_answer_at_once_with_a_kafka_error(broker: object) -> None:
+def test_the_transaction_apis_refuse_an_id_that_has_no_producer(broker: object) -> None:
+    """On its coordinator, a transactional id that never ran InitProducerId maps to no
+    producer id: Kafka's INVALID_PRODUCER_ID_MAPPING."""
     bootstrap = broker.bootstrap  # type: ignore[attr-defined]
     who = {"transactional_id": "txn", "producer_id": 7, "producer_epoch": 0}
+    topic = create_topic(bootstrap, 2)
     with RawConnection(bootstrap) as conn:
+
+        def coordinator_found() -> bool:
+            found = conn.call(request_class(10, 3)(key="txn", key_type=1))
+            return bool(found.error_code == ErrorCode.none)
+
+        wait_until(coordinator_found, 60, "the transaction coordinator")
         ended = conn.call(request_class(26, 3)(**who, committed=True))
         assert ended.error_code == ErrorCode.invalid_producer_id_mapping
         offsets = conn.call(request_class(25, 3)(**who, group_id="g"))
@@ -261,7 +247,7 @@ def test_the_transaction_apis_answer_at_once_with_a_kafka_error(broker: object) 
                 v3_and_below_producer_id=7,
                 v3_and_below_producer_epoch=0,
                 v3_and_below_topics=(
-                    request_class(24, 3, "AddPartitionsToTxnTopic")(name="t", partitions=(0, 1)),
+                    request_class(24, 3, "AddPartitionsToTxnTopic")(name=topic, partitions=(0, 1)),
                 ),
             )
         )

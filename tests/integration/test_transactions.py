@@ -1,0 +1,305 @@
+"""Transactions with confluent-kafka (librdkafka): on three brokers, and through the gateway.
+
+What a user of Kafka's exactly-once checks: a read_committed consumer sees committed
+records once and aborted ones never, read_uncommitted sees both, and no marker reaches the
+application; offsets sent with a transaction commit with it; a second producer with the
+same transactional id fences the first; a transaction left open is aborted at its timeout
+and stops holding back read_committed consumers; and through the gateway, two tenants'
+equal transactional ids are two different ids.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from conftest import GatewayCluster, _teardown, start_gateway_cluster
+from harness import EtcdServer, wait_until
+from replicated import REPLICATED_ENV
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+TXN_ENV = {
+    **REPLICATED_ENV,
+    # Few state partitions, so the first FindCoordinator does not wait on 50 leaders.
+    "SHOAL_TRANSACTION_STATE_LOG_NUM_PARTITIONS": "6",
+    # The coordinator looks for timed-out transactions twice a second, not every 10 s.
+    "SHOAL_TRANSACTION_ABORT_TIMED_OUT_TRANSACTION_CLEANUP_INTERVAL_MS": "500",
+}
+PARTITIONS = 3
+TIMEOUT_S = 60
+
+
+@pytest.fixture(scope="module")
+def cluster(
+    etcd: EtcdServer, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[GatewayCluster]:
+    root = tmp_path_factory.mktemp("transactions")
+    shoal, started = start_gateway_cluster(etcd, root, brokers=3, broker_env=TXN_ENV)
+    yield shoal
+    failed = any(
+        getattr(item, "report_call", None) is not None and item.report_call.failed
+        for item in request.session.items
+        if item.module is request.module
+    )
+    if shoal.gateway.running:
+        shoal.gateway.stop()
+    if failed:
+        print(f"\n----- gateway log ({shoal.gateway.log_path}) -----")
+        print(shoal.gateway.log_tail())
+    _teardown(started, failed)
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@dataclass
+class Route:
+    """How a client reaches the cluster: straight to the brokers or as a tenant via the gateway."""
+
+    name: str
+    settings: dict[str, Any]
+
+    def producer(self, transactional_id: str, **extra: Any) -> Producer:
+        return Producer({**self.settings, "transactional.id": transactional_id, **extra})
+
+    def consumer(self, isolation: str, **extra: Any) -> Consumer:
+        return Consumer(
+            {
+                **self.settings,
+                "group.id": f"check-{uuid.uuid4().hex[:8]}",
+                "isolation.level": isolation,
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+                **extra,
+            }
+        )
+
+    def create_topic(self, partitions: int = PARTITIONS) -> str:
+        name = f"txn-{uuid.uuid4().hex[:8]}"
+        admin = AdminClient(self.settings)
+        for future in admin.create_topics([NewTopic(name, partitions)]).values():
+            future.result(30)
+        wait_until(
+            lambda: len(admin.list_topics(name, timeout=10).topics[name].partitions) == partitions,
+            30,
+            f"metadata for {name}",
+        )
+        return name
+
+
+def direct(cluster: GatewayCluster) -> Route:
+    return Route("direct", {"bootstrap.servers": cluster.internal_bootstrap})
+
+
+def tenant(cluster: GatewayCluster, name: str | None = None) -> Route:
+    key = cluster.tenant(name or f"t{uuid.uuid4().hex[:6]}")
+    return Route("gateway", key.librdkafka())
+
+
+ROUTES: dict[str, Callable[[GatewayCluster], Route]] = {"direct": direct, "gateway": tenant}
+
+
+@pytest.fixture(params=list(ROUTES))
+def route(request: pytest.FixtureRequest, cluster: GatewayCluster) -> Route:
+    return ROUTES[request.param](cluster)
+
+
+def read_all(consumer: Consumer, topic: str, expected: int, settle_s: float = 2.0) -> list[str]:
+    """Every value from the start of each partition: until ``expected`` came, then
+    ``settle_s`` more to catch any extra one."""
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+    values: list[str] = []
+    deadline = time.monotonic() + TIMEOUT_S
+    quiet_until: float | None = None
+    while time.monotonic() < deadline:
+        message = consumer.poll(0.2)
+        if message is not None:
+            error = message.error()
+            if error is not None and error.code() != KafkaError._PARTITION_EOF:
+                raise KafkaException(error)
+            if error is None:
+                values.append(message.value().decode())
+        if len(values) >= expected:
+            quiet_until = quiet_until or time.monotonic() + settle_s
+            if time.monotonic() >= quiet_until:
+                break
+    consumer.close()
+    return values
+
+
+def produce_in_transaction(producer: Producer, topic: str, values: list[str], commit: bool) -> None:
+    producer.begin_transaction()
+    for i, value in enumerate(values):
+        producer.produce(topic, value=value.encode(), partition=i % PARTITIONS)
+    if commit:
+        producer.commit_transaction(TIMEOUT_S)
+    else:
+        producer.flush(TIMEOUT_S)
+        producer.abort_transaction(TIMEOUT_S)
+
+
+def test_read_committed_sees_committed_records_once_and_aborted_ones_never(route: Route) -> None:
+    topic = route.create_topic()
+    producer = route.producer(f"writer-{uuid.uuid4().hex[:6]}")
+    producer.init_transactions(TIMEOUT_S)
+    first = [f"first-{i}" for i in range(12)]
+    aborted = [f"aborted-{i}" for i in range(7)]
+    last = [f"last-{i}" for i in range(5)]
+    produce_in_transaction(producer, topic, first, commit=True)
+    produce_in_transaction(producer, topic, aborted, commit=False)
+    produce_in_transaction(producer, topic, last, commit=True)
+
+    committed = read_all(route.consumer("read_committed"), topic, len(first) + len(last))
+    assert sorted(committed) == sorted(first + last), "each committed record once, no aborted"
+    everything = read_all(route.consumer("read_uncommitted"), topic, 24)
+    # The markers take offsets but never reach the application.
+    assert sorted(everything) == sorted(first + aborted + last)
+
+
+def test_offsets_sent_with_a_transaction_commit_with_it(route: Route) -> None:
+    """Consume-transform-produce: the output and the group's offsets move together."""
+    source, sink = route.create_topic(), route.create_topic()
+    plain = Producer(route.settings)
+    inputs = [f"in-{i}" for i in range(30)]
+    for i, value in enumerate(inputs):
+        plain.produce(source, value=value.encode(), partition=i % PARTITIONS)
+    assert plain.flush(TIMEOUT_S) == 0
+
+    group = f"transform-{uuid.uuid4().hex[:6]}"
+    consumer = route.consumer("read_committed", **{"group.id": group})
+    consumer.subscribe([source])
+    producer = route.producer(f"transform-{uuid.uuid4().hex[:6]}")
+    producer.init_transactions(TIMEOUT_S)
+
+    def one_round(commit: bool) -> int:
+        messages = consumer.consume(10, 5)
+        messages = [m for m in messages if m.error() is None]
+        if not messages:
+            return 0
+        producer.begin_transaction()
+        for message in messages:
+            output = message.value().decode().replace("in-", "out-")
+            if not commit:
+                output = "discarded-" + output
+            producer.produce(sink, value=output.encode(), partition=message.partition())
+        producer.send_offsets_to_transaction(
+            consumer.position(consumer.assignment()),
+            consumer.consumer_group_metadata(),
+            TIMEOUT_S,
+        )
+        if commit:
+            producer.commit_transaction(TIMEOUT_S)
+        else:
+            producer.abort_transaction(TIMEOUT_S)
+        return len(messages)
+
+    done = 0
+    deadline = time.monotonic() + TIMEOUT_S
+    while done < len(inputs) and time.monotonic() < deadline:
+        done += one_round(commit=True)
+    assert done == len(inputs)
+    committed = consumer.committed(
+        [TopicPartition(source, p) for p in range(PARTITIONS)], timeout=TIMEOUT_S
+    )
+    assert sum(tp.offset for tp in committed) == len(inputs), committed
+    consumer.close()
+
+    # An aborted round moves neither the output nor the offsets.
+    extra = [f"in-extra-{i}" for i in range(6)]
+    for i, value in enumerate(extra):
+        plain.produce(source, value=value.encode(), partition=i % PARTITIONS)
+    assert plain.flush(TIMEOUT_S) == 0
+    consumer = route.consumer("read_committed", **{"group.id": group})
+    consumer.subscribe([source])
+    deadline = time.monotonic() + TIMEOUT_S
+    while one_round(commit=False) == 0 and time.monotonic() < deadline:
+        pass
+    after = consumer.committed(
+        [TopicPartition(source, p) for p in range(PARTITIONS)], timeout=TIMEOUT_S
+    )
+    assert [tp.offset for tp in after] == [tp.offset for tp in committed]
+    consumer.close()
+
+    outputs = read_all(route.consumer("read_committed"), sink, len(inputs))
+    assert sorted(outputs) == sorted(v.replace("in-", "out-") for v in inputs)
+
+
+def test_a_second_producer_with_the_same_id_fences_the_first(route: Route) -> None:
+    topic = route.create_topic()
+    transactional_id = f"fenced-{uuid.uuid4().hex[:6]}"
+    zombie = route.producer(transactional_id)
+    zombie.init_transactions(TIMEOUT_S)
+    zombie.begin_transaction()
+    zombie.produce(topic, value=b"zombie", partition=0)
+    zombie.flush(TIMEOUT_S)
+
+    successor = route.producer(transactional_id)
+    successor.init_transactions(TIMEOUT_S)
+    produce_in_transaction(successor, topic, ["successor"], commit=True)
+
+    with pytest.raises(KafkaException) as raised:
+        zombie.commit_transaction(TIMEOUT_S)
+    error = raised.value.args[0]
+    assert error.fatal(), error
+    assert error.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED), error
+    assert read_all(route.consumer("read_committed"), topic, 1) == ["successor"]
+
+
+def test_a_transaction_left_open_is_aborted_at_its_timeout(route: Route) -> None:
+    topic = route.create_topic(partitions=1)
+    stalled = route.producer(f"stalled-{uuid.uuid4().hex[:6]}", **{"transaction.timeout.ms": 2000})
+    stalled.init_transactions(TIMEOUT_S)
+    stalled.begin_transaction()
+    stalled.produce(topic, value=b"never", partition=0)
+    stalled.flush(TIMEOUT_S)
+
+    # Records after the open transaction: read_committed gets them only once the
+    # coordinator has aborted it (the last stable offset stops at its first record).
+    plain = Producer(route.settings)
+    plain.produce(topic, value=b"after", partition=0)
+    assert plain.flush(TIMEOUT_S) == 0
+    began = time.monotonic()
+    consumer = route.consumer("read_committed")
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    got: list[bytes] = []
+    while not got and time.monotonic() - began < TIMEOUT_S:
+        message = consumer.poll(0.2)
+        if message is not None and message.error() is None:
+            got.append(message.value())
+    consumer.close()
+    assert got == [b"after"]
+
+    with pytest.raises(KafkaException) as raised:
+        stalled.commit_transaction(TIMEOUT_S)
+    assert raised.value.args[0].code() in (
+        KafkaError._FENCED,
+        KafkaError.PRODUCER_FENCED,
+        KafkaError.INVALID_PRODUCER_EPOCH,
+        KafkaError.INVALID_TXN_STATE,
+    ), raised.value
+
+
+def test_two_tenants_equal_transactional_ids_do_not_fence_each_other(
+    cluster: GatewayCluster,
+) -> None:
+    acme, globex = tenant(cluster), tenant(cluster)
+    acme_topic, globex_topic = acme.create_topic(), globex.create_topic()
+    first = acme.producer("shared-id")
+    first.init_transactions(TIMEOUT_S)
+    first.begin_transaction()
+    first.produce(acme_topic, value=b"acme", partition=0)
+    first.flush(TIMEOUT_S)
+
+    other = globex.producer("shared-id")
+    other.init_transactions(TIMEOUT_S)
+    produce_in_transaction(other, globex_topic, ["globex"], commit=True)
+
+    first.commit_transaction(TIMEOUT_S)
+    assert read_all(acme.consumer("read_committed"), acme_topic, 1) == ["acme"]
+    assert read_all(globex.consumer("read_committed"), globex_topic, 1) == ["globex"]
