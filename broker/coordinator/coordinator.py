@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -81,7 +80,6 @@ from shoal.records import (
     NewRecord,
     Record,
     build_batch,
-    iter_batches,
     iter_records,
 )
 from shoal.wire import ErrorCode
@@ -91,7 +89,6 @@ log = logging.getLogger(__name__)
 OFFSETS_TOPIC: Final = "__consumer_offsets"
 E = ErrorCode
 NO_GENERATION: Final = -1
-_LOAD_CHUNK: Final = 16 * 1024 * 1024
 _COMMIT_TIMEOUT_S: Final = 5.0
 """offsets.commit.timeout.ms: how long a group write waits for the in-sync replicas."""
 
@@ -222,47 +219,37 @@ class GroupCoordinator:
         transactional offsets count once their commit marker is read."""
         replay = _Replay()
         plog = partition.log
-        position = plog.log_start_offset
+        start = plog.log_start_offset
         # To the log end, as Kafka loads: a new leader's high watermark lags
         # until its followers fetch, but everything committed is in its log.
-        end = plog.log_end_offset
-        while position < end:
-            chunk = plog.read(position, _LOAD_CHUNK, end, min_one=True)
-            if chunk is None:
-                break
-            data = os.pread(chunk.file.fileno(), chunk.size, chunk.position)
-            for at, header in iter_batches(data):
-                batch = data[at : at + header.size]
+        for batch, header in plog.replay(start, plog.log_end_offset):
+            try:
+                if header.is_control:
+                    marker = read_marker(batch) if header.base_offset >= start else None
+                    if marker is not None:
+                        replay.marker(header.producer_id, marker.commit)
+                    continue
+                records = list(iter_records(batch))
+            except InvalidBatchError as exc:
+                log.warning(
+                    "event=offsets_batch_skipped partition=%d offset=%d error=%s",
+                    partition.index,
+                    header.base_offset,
+                    exc,
+                )
+                continue
+            for record in records:
+                if record.offset < start or record.key is None:
+                    continue
                 try:
-                    if header.is_control:
-                        marker = read_marker(batch) if header.base_offset >= position else None
-                        if marker is not None:
-                            replay.marker(header.producer_id, marker.commit)
-                        position = header.next_offset
-                        continue
-                    records = list(iter_records(batch))
-                except InvalidBatchError as exc:
+                    replay.record(header, record)
+                except RecordFormatError as exc:
                     log.warning(
-                        "event=offsets_batch_skipped partition=%d offset=%d error=%s",
+                        "event=offsets_record_skipped partition=%d offset=%d error=%s",
                         partition.index,
-                        header.base_offset,
+                        record.offset,
                         exc,
                     )
-                    position = header.next_offset
-                    continue
-                for record in records:
-                    if record.offset < position or record.key is None:
-                        continue
-                    try:
-                        replay.record(header, record)
-                    except RecordFormatError as exc:
-                        log.warning(
-                            "event=offsets_record_skipped partition=%d offset=%d error=%s",
-                            partition.index,
-                            record.offset,
-                            exc,
-                        )
-                position = header.next_offset
         return replay.groups()
 
     def _unload(self, index: int) -> None:

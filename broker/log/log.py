@@ -44,7 +44,7 @@ import logging
 import os
 import struct
 from bisect import bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -82,6 +82,8 @@ _INT32 = struct.Struct(">i")
 _INT16 = struct.Struct(">h")
 _UINT32 = struct.Struct(">I")
 _LOG_APPEND_TIME_BIT = 0x08
+REPLAY_CHUNK_BYTES = 16 * 1024 * 1024
+"""How much :meth:`Log.replay` reads at a time."""
 RECOMPRESS_MAX_BYTES = 256 * 1024 * 1024
 """The most a batch may decompress to when the leader recompresses it: Kafka
 has no such bound, but a few compressed bytes can stand for gigabytes."""
@@ -572,6 +574,26 @@ class Log:
             upper = min(max_offset, segment.next_offset)
             return FileSlice(segment.file, location.position, end - location.position, upper)
         return None
+
+    def replay(self, start: int, end: int) -> Iterator[tuple[bytes, BatchHeader]]:
+        """Each whole batch from the one holding ``start`` up to ``end``, with its header,
+        read from the files a chunk at a time.
+
+        For the coordinators, which read their partition of an internal topic back
+        when they take it over. The first batch may hold records below ``start``.
+        """
+        position = start
+        while position < end:
+            chunk = self.read(position, REPLAY_CHUNK_BYTES, end, min_one=True)
+            if chunk is None:
+                return
+            data = os.pread(chunk.file.fileno(), chunk.size, chunk.position)
+            before = position
+            for at, header in iter_batches(data):
+                yield data[at : at + header.size], header
+                position = header.next_offset
+            if position == before:
+                return
 
     def collect_aborted_txns(self, start: int, end: int) -> list[AbortedTxn]:
         """The aborted transactions with data in [start, end), oldest marker first.

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from typing import Any, Final
@@ -66,7 +65,7 @@ from shoal.broker.txn.records import (
     txn_value,
 )
 
-from shoal.records import BatchOptions, NewRecord, build_batch, iter_batches, iter_records
+from shoal.records import BatchOptions, NewRecord, build_batch, iter_records
 from shoal.wire import ErrorCode
 
 log = logging.getLogger(__name__)
@@ -74,7 +73,6 @@ log = logging.getLogger(__name__)
 TXN_TOPIC: Final = "__transaction_state"
 E = ErrorCode
 S = TxnState
-_LOAD_CHUNK: Final = 16 * 1024 * 1024
 _COMMIT_TIMEOUT_S: Final = 5.0
 """How long a state write waits for the in-sync replicas."""
 _APPEND_ERRORS: Final[dict[type[PartitionError], ErrorCode]] = {
@@ -215,36 +213,29 @@ class TransactionCoordinator:
         """Replay the partition to its log end: the latest record per id wins, null deletes."""
         found: dict[str, TransactionMetadata | None] = {}
         plog = partition.log
-        position = plog.log_start_offset
-        end = plog.log_end_offset
-        while position < end:
-            chunk = plog.read(position, _LOAD_CHUNK, end, min_one=True)
-            if chunk is None:
-                break
-            data = os.pread(chunk.file.fileno(), chunk.size, chunk.position)
-            for at, header in iter_batches(data):
-                for record in iter_records(data[at : at + header.size]):
-                    if record.offset < position or record.key is None:
+        start = plog.log_start_offset
+        for batch, _header in plog.replay(start, plog.log_end_offset):
+            for record in iter_records(batch):
+                if record.offset < start or record.key is None:
+                    continue
+                try:
+                    transactional_id = parse_txn_key(record.key)
+                    if transactional_id is None:
                         continue
-                    try:
-                        transactional_id = parse_txn_key(record.key)
-                        if transactional_id is None:
-                            continue
-                        found[transactional_id] = (
-                            None
-                            if record.value is None
-                            else TransactionMetadata.from_value(
-                                transactional_id, parse_txn_value(record.value)
-                            )
+                    found[transactional_id] = (
+                        None
+                        if record.value is None
+                        else TransactionMetadata.from_value(
+                            transactional_id, parse_txn_value(record.value)
                         )
-                    except (TxnRecordFormatError, ValueError) as exc:
-                        log.warning(
-                            "event=txn_record_skipped partition=%d offset=%d error=%s",
-                            partition.index,
-                            record.offset,
-                            exc,
-                        )
-                position = header.next_offset
+                    )
+                except (TxnRecordFormatError, ValueError) as exc:
+                    log.warning(
+                        "event=txn_record_skipped partition=%d offset=%d error=%s",
+                        partition.index,
+                        record.offset,
+                        exc,
+                    )
         return {tid: m for tid, m in found.items() if m is not None and m.state is not S.DEAD}
 
     def _unload(self, index: int) -> None:
