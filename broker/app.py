@@ -281,6 +281,7 @@ class Broker:
             services.cache,
             requests,
             lambda: len(self._connections),
+            services.transactions,
         )
         host, port = split_host_port(self.config.metrics_listen)
         return await serve_metrics(broker_registry(collector), host, port)

@@ -31,6 +31,8 @@ from prometheus_client.registry import Collector
 from shoal.broker.cluster.cache import MetadataCache
 from shoal.broker.cluster.model import NO_LEADER, NodeId
 from shoal.broker.replica_manager import ReplicaManager
+from shoal.broker.txn.coordinator import TransactionCoordinator
+from shoal.broker.txn.metadata import TxnState
 
 from shoal.metrics import (
     LabeledCounter,
@@ -85,22 +87,28 @@ class BrokerCollector(Collector):
         cache: MetadataCache,
         requests: RequestMetrics,
         connections: Callable[[], int],
+        transactions: TransactionCoordinator,
     ) -> None:
         self.node_id = node_id
         self.replicas = replicas
         self.cache = cache
         self.requests = requests
         self.connections = connections
+        self.transactions = transactions
 
     def collect(self) -> Iterable[Any]:
         hosted = leaders = under_replicated = 0
         sizes: dict[str, int] = {}
+        held_back: dict[str, int] = {}
         for partition in self.replicas.partitions.values():
             hosted += 1
             if partition.is_leader:
                 leaders += 1
                 if len(partition.state.isr) < len(partition.replicas):
                     under_replicated += 1
+                plog = partition.log
+                lag = plog.high_watermark - plog.last_stable_offset
+                held_back[partition.topic] = max(held_back.get(partition.topic, 0), lag)
             sizes[partition.topic] = sizes.get(partition.topic, 0) + partition.log.size
         yield _gauge("shoal_broker_partitions", "Partition replicas hosted here.", hosted)
         yield _gauge("shoal_broker_leader_partitions", "Partitions this broker leads.", leaders)
@@ -117,6 +125,17 @@ class BrokerCollector(Collector):
         for topic, size in sorted(sizes.items()):
             log_size.add_metric((topic,), size)
         yield log_size
+        lso_lag = GaugeMetricFamily(
+            "shoal_broker_last_stable_offset_lag",
+            "Offsets between the high watermark and the last stable offset (what open"
+            " transactions hold back from read_committed consumers), the largest of the"
+            " partitions of each topic led here.",
+            labels=("topic",),
+        )
+        for topic, lag in sorted(held_back.items()):
+            lso_lag.add_metric((topic,), lag)
+        yield lso_lag
+        yield from self._transactions()
         yield from self._cluster()
         changes = self.replicas.isr_changes.applied
         yield _counter(
@@ -176,6 +195,33 @@ class BrokerCollector(Collector):
                 "Time since the cleaner last finished cleaning a log.",
                 time.monotonic() - metrics.last_clean_monotonic,
             )
+
+    def _transactions(self) -> Iterable[Any]:
+        """The transactional ids this broker coordinates, by state, and the oldest open one."""
+        coordinator = self.transactions
+        states = GaugeMetricFamily(
+            "shoal_txn_transactional_ids",
+            "Transactional ids this broker coordinates, by the state of their transaction.",
+            labels=("state",),
+        )
+        counts = {state: 0 for state in TxnState}
+        now = coordinator.clock()
+        oldest = 0.0
+        for metadata in coordinator.txns.values():
+            counts[metadata.state] += 1
+            if metadata.pending_transaction and metadata.start_timestamp >= 0:
+                oldest = max(oldest, (now - metadata.start_timestamp) / 1000)
+        for state, count in counts.items():
+            states.add_metric((state.kafka_name,), count)
+        yield states
+        yield _gauge(
+            "shoal_txn_oldest_open_seconds",
+            "Age of the oldest transaction this broker coordinates that is not complete"
+            " (0 when none): a hanging transaction shows here.",
+            oldest,
+        )
+        yield coordinator.decided.family()
+        yield coordinator.durations.family()
 
     def _cluster(self) -> Iterable[Any]:
         image = self.cache.image

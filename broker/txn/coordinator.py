@@ -65,6 +65,7 @@ from shoal.broker.txn.records import (
     txn_value,
 )
 
+from shoal.metrics import LabeledCounter, LabeledHistogram
 from shoal.records import BatchOptions, NewRecord, build_batch, iter_records
 from shoal.wire import ErrorCode
 
@@ -74,6 +75,8 @@ TXN_TOPIC: Final = "__transaction_state"
 E = ErrorCode
 S = TxnState
 _COMMIT_TIMEOUT_S: Final = 5.0
+DURATION_BUCKETS_S: Final = (0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 60.0, 300.0, 900.0)
+"""From a commit interval of milliseconds to transaction.max.timeout.ms."""
 """How long a state write waits for the in-sync replicas."""
 _APPEND_ERRORS: Final[dict[type[PartitionError], ErrorCode]] = {
     NotLeaderError: E.not_coordinator,
@@ -118,6 +121,19 @@ class TransactionCoordinator:
         self.loading: dict[int, tuple[int, asyncio.Task[None]]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._timers: list[asyncio.Task[None]] = []
+        self.decided = LabeledCounter(
+            "shoal_txn_decided",
+            "Transactions this broker's coordinator decided, by result (commit, abort) and"
+            " by whom (client; timeout: past transaction.timeout.ms; fenced: a new instance"
+            " of the transactional id).",
+            ("result", "reason"),
+        )
+        self.durations = LabeledHistogram(
+            "shoal_txn_duration_seconds",
+            "From a transaction's first partition to its decision, by result.",
+            ("result",),
+            DURATION_BUCKETS_S,
+        )
 
     # -- ownership ---------------------------------------------------------------------
 
@@ -348,7 +364,7 @@ class TransactionCoordinator:
         if refusal is not None:
             return InitResult(refusal)
         if metadata.state is S.ONGOING:
-            code = await self._end(metadata, coordinator_epoch, False, fence=True)
+            code = await self._end(metadata, coordinator_epoch, False, reason="fenced")
             return InitResult(E.concurrent_transactions if code is E.none else code)
         result = await self._new_epoch(metadata, coordinator_epoch, timeout_ms, expected)
         if result.error is E.none:
@@ -508,12 +524,15 @@ class TransactionCoordinator:
         metadata: TransactionMetadata,
         coordinator_epoch: int,
         commit: bool,
-        fence: bool = False,
+        reason: str = "client",
     ) -> ErrorCode:
-        """Write PrepareCommit/PrepareAbort (after fencing the producer, when asked), then
-        send the markers in the background."""
+        """Write PrepareCommit/PrepareAbort, then send the markers in the background.
+
+        Unless the client asked (``reason`` "timeout" or "fenced"), the producer is fenced
+        first: its epoch is bumped, so it can neither commit nor write to the aborted
+        transaction."""
         fence_epoch = None
-        if fence and metadata.producer_epoch < MAX_EPOCH:
+        if reason != "client" and metadata.producer_epoch < MAX_EPOCH:
             fence_epoch = metadata.prepare_epoch_fence()
         transit = metadata.prepare_end(commit, self.clock(), fence_epoch)
         code = await self._persist(metadata, coordinator_epoch, transit)
@@ -521,12 +540,16 @@ class TransactionCoordinator:
             if fence_epoch is not None and self._owns(metadata, coordinator_epoch):
                 metadata.has_failed_epoch_fence = True
             return code
+        result = "commit" if commit else "abort"
+        self.decided.inc((result, reason))
+        if metadata.start_timestamp >= 0:
+            self.durations.observe((result,), (self.clock() - metadata.start_timestamp) / 1000)
         log.debug(
             "event=transaction_decided id=%s producer_id=%d epoch=%d result=%s partitions=%d",
             metadata.transactional_id,
             metadata.producer_id,
             metadata.producer_epoch,
-            "commit" if commit else "abort",
+            result,
             len(metadata.partitions),
         )
         self._spawn(self._complete(metadata, coordinator_epoch))
@@ -607,7 +630,7 @@ class TransactionCoordinator:
             return
         epoch = self.loaded.get(self.partition_of(metadata.transactional_id))
         if epoch is not None and self._owns(metadata, epoch):
-            await self._end(metadata, epoch, False, fence=True)
+            await self._end(metadata, epoch, False, reason="timeout")
 
     async def expire_transactional_ids(self) -> int:
         """Forget ids idle past transactional.id.expiration.ms (Kafka's tombstones)."""

@@ -32,7 +32,14 @@ from shoal.gateway.http.app import create_app
 from shoal.gateway.metrics import GatewayCollector, GatewayMetrics
 from shoal.gateway.usage import UsageLedger
 
-from shoal.metrics import LabeledHistogram, error_codes, error_name, http_answer, serve_metrics
+from shoal.metrics import (
+    LabeledCounter,
+    LabeledHistogram,
+    error_codes,
+    error_name,
+    http_answer,
+    serve_metrics,
+)
 from shoal.wire import ErrorCode, schema
 
 E = ErrorCode
@@ -219,7 +226,7 @@ def broker_collector(node: int, leader: int) -> BrokerCollector:
         is_leader=leader == node,
         state=image.topics[TopicName("acme.t")].partitions[0],
         replicas=(NodeId(0), NodeId(1)),
-        log=SimpleNamespace(size=1234),
+        log=SimpleNamespace(size=1234, high_watermark=10, last_stable_offset=7),
     )
     replicas = SimpleNamespace(
         partitions={("acme.t", 0): partition},
@@ -235,6 +242,12 @@ def broker_collector(node: int, leader: int) -> BrokerCollector:
         SimpleNamespace(image=image),  # type: ignore[arg-type]
         RequestMetrics(),
         lambda: 3,
+        SimpleNamespace(  # type: ignore[arg-type]
+            txns={},
+            clock=lambda: 0,
+            decided=LabeledCounter("shoal_txn_decided", "", ("result", "reason")),
+            durations=LabeledHistogram("shoal_txn_duration_seconds", "", ("result",)),
+        ),
     )
 
 
@@ -246,6 +259,7 @@ def test_the_broker_reports_under_replicated_offline_and_log_sizes() -> None:
     assert value("shoal_broker_leader_partitions") == 1
     assert value("shoal_broker_under_replicated_partitions") == 1
     assert value("shoal_broker_log_size_bytes", {"topic": "acme.t"}) == 1234
+    assert value("shoal_broker_last_stable_offset_lag", {"topic": "acme.t"}) == 3
     assert value("shoal_broker_isr_shrinks_total") == 2
     assert value("shoal_broker_active_controller") == 1
     assert value("shoal_cluster_offline_partitions") == 0

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
-from coordinator_fixtures import ELSEWHERE, within
+from coordinator_fixtures import ELSEWHERE, HERE, within
+from prometheus_client import CollectorRegistry
 from shoal.broker.coordinator.coordinator import OFFSETS_TOPIC
+from shoal.broker.metrics import BrokerCollector, RequestMetrics
 from shoal.broker.txn.coordinator import TXN_TOPIC
 from shoal.broker.txn.markers import TxnMarker
 from shoal.broker.txn.metadata import MAX_EPOCH, TxnState
@@ -314,3 +317,37 @@ async def test_once_the_epochs_are_used_up_init_rotates_the_producer_id(env: Txn
     new_id, epoch = await env.init(HERE_ID)
     assert (new_id != producer_id, epoch) == (True, 0)
     assert env.coordinator.txns[HERE_ID].previous_producer_id == producer_id
+
+
+# -- metrics ---------------------------------------------------------------------------------
+
+
+async def test_decisions_and_open_transactions_show_in_the_metrics(env: TxnEnv) -> None:
+    registry = CollectorRegistry(auto_describe=False)
+    collector = BrokerCollector(
+        HERE,
+        env.replicas,
+        SimpleNamespace(image=env.replicas.image),  # type: ignore[arg-type]
+        RequestMetrics(),
+        lambda: 0,
+        env.coordinator,
+    )
+    registry.register(collector)
+    value = registry.get_sample_value
+    committed_id, stalled_id = id_on(0, "committed"), id_on(0, "stalled")
+    producer_id, epoch = await env.begin(committed_id)
+    await env.begin(stalled_id, timeout_ms=1000)
+    env.clock.advance(500)
+    assert await env.coordinator.end_txn(committed_id, producer_id, epoch, True) is E.none
+    assert value("shoal_txn_transactional_ids", {"state": "Ongoing"}) == 1
+    assert value("shoal_txn_oldest_open_seconds") == 0.5
+
+    env.clock.advance(600)
+    assert await env.coordinator.abort_timed_out_transactions() == 1
+    await env.eventually(lambda: env.state(stalled_id) == "CompleteAbort")
+    assert value("shoal_txn_decided_total", {"result": "commit", "reason": "client"}) == 1
+    assert value("shoal_txn_decided_total", {"result": "abort", "reason": "timeout"}) == 1
+    assert value("shoal_txn_duration_seconds_count", {"result": "abort"}) == 1
+    assert value("shoal_txn_duration_seconds_sum", {"result": "abort"}) == 1.1
+    assert value("shoal_txn_transactional_ids", {"state": "Ongoing"}) == 0
+    assert value("shoal_txn_oldest_open_seconds") == 0
