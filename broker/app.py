@@ -52,6 +52,7 @@ from shoal.broker.server.tracing import BrokerTracing
 from shoal.broker.topic_admin import TopicAdmin
 from shoal.broker.txn.coordinator import TransactionCoordinator
 from shoal.broker.txn.markers import TxnMarkerSender, write_markers
+from shoal.broker.txn.verification import TransactionVerifier
 
 from shoal.host_port import split_host_port
 from shoal.metrics import serve_metrics
@@ -193,11 +194,13 @@ class Broker:
                 wall_clock_ms,
                 controller,
                 ControllerForwarder(self.node_id, lambda: cache.image),
+                TransactionVerifier(self.node_id, lambda: cache.image, transactions),
             )
             try:
                 await self._serve(services, store, controller, stop)
             finally:
                 await services.forwarder.close()
+                await services.verifier.close()
                 await transactions.close()
                 await markers.close()
                 await groups.close()

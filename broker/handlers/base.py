@@ -27,6 +27,7 @@ from shoal.broker.replica_manager import ReplicaManager
 from shoal.broker.server.connection import ConnectionInfo
 from shoal.broker.topic_admin import TopicAdmin
 from shoal.broker.txn.coordinator import TransactionCoordinator
+from shoal.broker.txn.verification import TransactionVerifier
 
 from shoal.wire import ApiSchema, ErrorCode, RecordsSplicer, RequestHeader
 
@@ -70,6 +71,7 @@ class BrokerServices:
     clock: Callable[[], int]
     controller: Controller
     forwarder: ControllerForwarder
+    verifier: TransactionVerifier
 
     @property
     def image(self) -> ClusterImage:

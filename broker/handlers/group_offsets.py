@@ -4,12 +4,26 @@ and TxnOffsetCommit (28): offsets written inside a producer's transaction.
 OffsetFetch v7+ may ask for stable offsets only (KIP-447 ``require_stable``):
 a partition with a transactional offset still waiting for its marker is then
 answered UNSTABLE_OFFSET_COMMIT, and the client asks again.
+
+TxnOffsetCommit is verified first (KIP-890 part 1, see
+:mod:`shoal.broker.txn.verification`): the transaction coordinator of the
+request's transactional id must find the group's ``__consumer_offsets``
+partition in the ongoing transaction of that producer id and epoch, else
+nothing is written. Without it anyone could stage offsets, in that shared
+partition, under another producer's id and a higher epoch: a transaction no
+marker closes, and the real producer's markers refused as older. Kafka skips
+the check when the producer's transaction is already open in the partition;
+Shoal checks every time (one round trip per TxnOffsetCommit, usually one per
+transaction), so the transactional id always owns the producer id. Errors
+are answered as Kafka's group coordinator maps them
+(GroupMetadataManager.maybeConvertOffsetCommitError).
 """
 
 from __future__ import annotations
 
 from typing import Any, Final
 
+from shoal.broker.coordinator.coordinator import OFFSETS_TOPIC
 from shoal.broker.coordinator.group import CommittedOffset
 from shoal.broker.handlers.base import NO_THROTTLE, BrokerServices, E, RequestContext
 
@@ -19,6 +33,35 @@ NO_OFFSET: Final = -1
 GROUP_LEVEL_ERROR_VERSION: Final = 2
 MULTI_GROUP_VERSION: Final = 8
 REQUIRE_STABLE_VERSION: Final = 7
+TXN_ABORTABLE_VERSION: Final = 4
+"""TxnOffsetCommit answers TRANSACTION_ABORTABLE from here on (KIP-890)."""
+_VERIFICATION_ERRORS: Final[dict[ErrorCode, ErrorCode]] = {
+    # Retriable, without a needless coordinator lookup.
+    E.network_exception: E.coordinator_load_in_progress,
+    E.unknown_topic_or_partition: E.coordinator_not_available,
+    E.not_enough_replicas: E.coordinator_not_available,
+    E.not_enough_replicas_after_append: E.coordinator_not_available,
+    E.not_leader_or_follower: E.not_coordinator,
+    E.kafka_storage_error: E.not_coordinator,
+}
+
+
+async def _verified(services: BrokerServices, ctx: RequestContext, request: Any) -> ErrorCode:
+    """Whether the group's offsets partition is in the producer's ongoing transaction
+    (NONE), or the code to answer every partition with. A broker that does not
+    coordinate the group answers that itself, without asking."""
+    group_id = request.group_id
+    if not group_id or services.groups.owner_error(group_id) is not None:
+        return E.none
+    tp = (OFFSETS_TOPIC, services.groups.partition_of(group_id))
+    codes = await services.verifier.verify(
+        request.transactional_id,
+        request.producer_id,
+        request.producer_epoch,
+        [tp],
+        abortable=ctx.version >= TXN_ABORTABLE_VERSION,
+    )
+    return _VERIFICATION_ERRORS.get(codes[tp], codes[tp])
 
 
 async def handle_txn_offset_commit(
@@ -36,15 +79,20 @@ async def handle_txn_offset_commit(
         for topic in request.topics
         for p in topic.partitions
     }
-    results = await services.groups.commit_transactional_offsets(
-        request.group_id,
-        request.producer_id,
-        request.producer_epoch,
-        getattr(request, "member_id", ""),
-        getattr(request, "generation_id", -1),
-        getattr(request, "group_instance_id", None),
-        offsets,
-    )
+    refusal = await _verified(services, ctx, request)
+    results: dict[tuple[str, int], ErrorCode]
+    if refusal is not E.none:
+        results = dict.fromkeys(offsets, refusal)
+    else:
+        results = await services.groups.commit_transactional_offsets(
+            request.group_id,
+            request.producer_id,
+            request.producer_epoch,
+            getattr(request, "member_id", ""),
+            getattr(request, "generation_id", -1),
+            getattr(request, "group_instance_id", None),
+            offsets,
+        )
     topics = tuple(
         api.make(
             "TxnOffsetCommitResponseTopic",

@@ -16,6 +16,21 @@ or REQUEST_TIMED_OUT after the request's timeout. Errors are per partition. With
 acks=0 the client reads no response, so an error closes the connection
 instead, which is how Kafka tells such a client that something went wrong.
 
+Transactional batches are verified first (KIP-890 part 1, see
+:mod:`shoal.broker.txn.verification`): a partition where the producer has no
+transaction open at this epoch gets its batch only once the transaction
+coordinator of the request's ``transactional_id`` confirms that the partition
+is in the producer's ongoing transaction, so a batch never opens a
+transaction nobody will close. As Kafka's ReplicaManager answers: a partition
+not in the transaction is INVALID_TXN_STATE (TRANSACTION_ABORTABLE from v11),
+a coordinator that cannot answer now NOT_ENOUGH_REPLICAS (retried by every
+client, without a metadata refresh); transactional batches without a
+transactional id are TRANSACTIONAL_ID_AUTHORIZATION_FAILED, and batches of
+two producers in one request INVALID_PRODUCER_ID_MAPPING, for the whole
+request. Kafka skips the check when the producer's transaction is open in the
+partition; Shoal skips it only when it is open at the batch's epoch or a
+newer one, so a borrowed producer id with a higher epoch is always checked.
+
 A topic whose compression.type names another codec than the batch's gets the
 batch rebuilt in that codec (the log's rule, as Kafka's LogValidator). The
 rebuild runs in a worker thread before the append: a codec takes
@@ -52,6 +67,17 @@ from shoal.wire import ErrorCode
 log = logging.getLogger(__name__)
 
 ZSTD_MIN_VERSION: Final = 7
+ABORTABLE_VERSION: Final = 11
+"""Produce answers TRANSACTION_ABORTABLE from here on (KIP-890)."""
+_UNVERIFIED_RETRIABLE: Final = frozenset(
+    {
+        E.concurrent_transactions,
+        E.network_exception,
+        E.coordinator_load_in_progress,
+        E.coordinator_not_available,
+        E.not_coordinator,
+    }
+)
 _LOG_ERRORS: Final[dict[type[LogError], ErrorCode]] = {
     CorruptRecordError: E.corrupt_message,
     InvalidRecordError: E.invalid_record,
@@ -179,14 +205,108 @@ def _produce_one(
     )
 
 
+def _transactional_header(acks: int, topic: str, data: Any) -> BatchHeader | None:
+    """The header of a transactional data batch the append would get; None for
+    anything else (including what :func:`_produce_one` refuses, which reports it)."""
+    if acks not in (0, 1, -1) or topic in INTERNAL_TOPICS or not data.records:
+        return None
+    try:
+        header = parse_header(data.records)
+    except InvalidBatchError:
+        return None
+    if header.is_control or not header.is_transactional or header.producer_id < 0:
+        return None
+    return header
+
+
+def _needs_verification(
+    services: BrokerServices, topic: str, index: int, header: BatchHeader
+) -> bool:
+    """Whether the batch could open a transaction here: its producer has none open in the
+    partition at this epoch or a newer one (an older epoch is fenced by the append)."""
+    try:
+        partition = services.partition(topic, index)
+    except PartitionError:
+        return False  # the append reports it
+    entry = partition.log.producer_state.producers.get(header.producer_id)
+    return not (
+        entry is not None
+        and entry.current_txn_first_offset >= 0
+        and header.producer_epoch <= entry.epoch
+    )
+
+
+async def _verify_transactional(
+    services: BrokerServices, ctx: RequestContext, request: Any
+) -> dict[int, _Outcome]:
+    """KIP-890 part 1: refusals, by ``id(partition data)``, of transactional batches whose
+    partition the transaction coordinator does not find in the ongoing transaction."""
+    found = [
+        (data, topic.name, header)
+        for topic in request.topic_data
+        for data in topic.partition_data
+        if (header := _transactional_header(request.acks, topic.name, data)) is not None
+    ]
+    if not found:
+        return {}
+    everything = [data for topic in request.topic_data for data in topic.partition_data]
+    transactional_id = getattr(request, "transactional_id", None)
+    if transactional_id is None:
+        return {
+            id(data): _Outcome(
+                E.transactional_id_authorization_failed,
+                "transactional records need the request's transactional id",
+            )
+            for data in everything
+        }
+    producers = {(h.producer_id, h.producer_epoch) for _, _, h in found}
+    if len(producers) > 1:
+        return {
+            id(data): _Outcome(
+                E.invalid_producer_id_mapping,
+                "transactional records contained more than one producer id",
+            )
+            for data in everything
+        }
+    ((producer_id, epoch),) = producers
+    wanted = {
+        (topic, data.index): data
+        for data, topic, header in found
+        if _needs_verification(services, topic, data.index, header)
+    }
+    if not wanted:
+        return {}
+    codes = await services.verifier.verify(
+        transactional_id, producer_id, epoch, wanted, abortable=ctx.version >= ABORTABLE_VERSION
+    )
+    refused = {}
+    for tp, code in codes.items():
+        if code is E.none:
+            continue
+        if code is E.invalid_txn_state:
+            outcome = _Outcome(code, "Partition was not added to the transaction")
+        elif code in _UNVERIFIED_RETRIABLE:
+            outcome = _Outcome(
+                E.not_enough_replicas,
+                "Unable to verify the partition has been added to the transaction."
+                f" Underlying error: {code.name}",
+            )
+        else:
+            outcome = _Outcome(code, f"transaction verification failed: {code.name}")
+        refused[id(wanted[tp])] = outcome
+    return refused
+
+
 async def handle_produce(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     api = ctx.api
     acks = request.acks
+    refused = await _verify_transactional(services, ctx, request)
     jobs = {
         id(data): job
         for topic in request.topic_data
         for data in topic.partition_data
-        if (job := _rebuild_job(services, ctx, acks, topic.name, data)) is not None
+        if id(data) not in refused
+        and (job := _rebuild_job(services, ctx, acks, topic.name, data)) is not None
     }
     rebuilt: dict[int, bytes | LogError] = {}
     if jobs:
@@ -199,7 +319,8 @@ async def handle_produce(services: BrokerServices, ctx: RequestContext, request:
         [
             (
                 data.index,
-                _produce_one(services, ctx, acks, topic.name, data, rebuilt.get(id(data))),
+                refused.get(id(data))
+                or _produce_one(services, ctx, acks, topic.name, data, rebuilt.get(id(data))),
             )
             for data in topic.partition_data
         ]
