@@ -18,6 +18,7 @@ from shoal.broker.handlers.configs import (
 )
 from shoal.broker.handlers.coordinator import handle_find_coordinator
 from shoal.broker.handlers.delete_records import handle_delete_records
+from shoal.broker.handlers.describe_producers import handle_describe_producers
 from shoal.broker.handlers.fetch import handle_fetch
 from shoal.broker.handlers.group_offsets import (
     handle_offset_commit,
@@ -93,6 +94,7 @@ LIST_PARTITION_REASSIGNMENTS: Final = 46
 OFFSET_DELETE: Final = 47
 ALTER_PARTITION: Final = 56
 DESCRIBE_CLUSTER: Final = 60
+DESCRIBE_PRODUCERS: Final = 61
 DESCRIBE_TRANSACTIONS: Final = 65
 LIST_TRANSACTIONS: Final = 66
 
@@ -131,6 +133,7 @@ API_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     OFFSET_DELETE: (0, 0),
     ALTER_PARTITION: (2, 3),
     DESCRIBE_CLUSTER: (0, 1),
+    DESCRIBE_PRODUCERS: (0, 0),
     DESCRIBE_TRANSACTIONS: (0, 0),
     LIST_TRANSACTIONS: (0, 1),
 }
@@ -173,6 +176,7 @@ def build_handlers() -> dict[int, Handler]:
         OFFSET_DELETE: handle_offset_delete,
         ALTER_PARTITION: handle_alter_partition,
         DESCRIBE_CLUSTER: handle_describe_cluster,
+        DESCRIBE_PRODUCERS: handle_describe_producers,
         DESCRIBE_TRANSACTIONS: handle_describe_transactions,
         LIST_TRANSACTIONS: handle_list_transactions,
     }

@@ -49,6 +49,9 @@ REWRITERS: Final[dict[int, tuple[tuple[int, int], Rewriter]]] = {
     44: ((0, 1), topics.incremental_alter_configs),
     47: ((0, 0), groups.offset_delete),
     60: ((0, 1), cluster.describe_cluster),
+    61: ((0, 0), transactions.describe_producers),
+    65: ((0, 0), transactions.describe_transactions),
+    66: ((0, 1), transactions.list_transactions),
     DESCRIBE_CLIENT_QUOTAS: ((0, 1), client_quotas.describe_client_quotas),
     ALTER_CLIENT_QUOTAS: ((0, 1), client_quotas.alter_client_quotas),
 }

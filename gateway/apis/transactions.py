@@ -3,11 +3,14 @@
 Kafka's checks: a transactional id needs WRITE on it; an idempotent producer
 without one needs IDEMPOTENT_WRITE on the cluster; adding partitions needs
 WRITE on each topic; adding a group's offsets needs READ on the group.
+DescribeTransactions, ListTransactions and DescribeProducers, the operators'
+tools, are at the end.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final
 
 from shoal.gateway.apis.base import (
     NO_THROTTLE,
@@ -20,6 +23,9 @@ from shoal.gateway.apis.base import (
     replace,
 )
 from shoal.tenancy.model import Operation
+
+_EPOCH: Final = datetime.fromtimestamp(0, UTC)
+"""Kafka's -1 start time ("not started"); kio's timestamps cannot say it."""
 
 
 async def init_producer_id(ctx: RequestContext, request: Any) -> Step:
@@ -128,3 +134,104 @@ async def end_txn(ctx: RequestContext, request: Any) -> Step:
             )
         )
     return Forward(replace(request, transactional_id=ctx.ns.inward(request.transactional_id)))
+
+
+# The operators' view (KIP-664), as ``kafka-transactions.sh`` asks for it.
+# Kafka's checks: describing a transaction needs DESCRIBE on its id, and the
+# partitions shown are only those of topics the key may DESCRIBE; a listing
+# shows only the ids the key may DESCRIBE; describing producers needs READ on
+# the topic. Through the gateway every id and topic is the tenant's own:
+# another tenant's never reach an answer.
+
+
+def _refused_transaction(ctx: RequestContext, transactional_id: str) -> Any:
+    return ctx.api.make(
+        "TransactionState",
+        error_code=E.transactional_id_authorization_failed,
+        transactional_id=transactional_id,
+        transaction_state="",
+        transaction_timeout=timedelta(0),
+        transaction_start_time=_EPOCH,
+        producer_id=-1,
+        producer_epoch=-1,
+        topics=(),
+    )
+
+
+async def describe_transactions(ctx: RequestContext, request: Any) -> Step:
+    ns, access = ctx.ns, ctx.access
+    forwarded, refusals = [], []
+    for transactional_id in request.transactional_ids:
+        if transactional_id and access.may_transaction(transactional_id, Operation.DESCRIBE):
+            forwarded.append(ns.inward(transactional_id))
+        else:
+            refusals.append(_refused_transaction(ctx, transactional_id))
+    if not forwarded:
+        return Answer(
+            ctx.api.response(throttle_time=NO_THROTTLE, transaction_states=tuple(refusals))
+        )
+
+    def finish(response: Any) -> Any:
+        states = []
+        for state in response.transaction_states:
+            transactional_id = ns.outward(state.transactional_id)
+            if transactional_id is None:
+                continue
+            topics = tuple(
+                replace(t, topic=name)
+                for t in state.topics
+                if (name := ns.outward(t.topic)) is not None
+                and access.may_topic(name, Operation.DESCRIBE)
+            )
+            states.append(replace(state, transactional_id=transactional_id, topics=topics))
+        return replace(response, transaction_states=tuple(states) + tuple(refusals))
+
+    return Forward(replace(request, transactional_ids=tuple(forwarded)), finish)
+
+
+async def list_transactions(ctx: RequestContext, request: Any) -> Step:
+    ns, access = ctx.ns, ctx.access
+
+    def finish(response: Any) -> Any:
+        states = []
+        for state in response.transaction_states:
+            transactional_id = ns.outward(state.transactional_id)
+            if transactional_id is not None and access.may_transaction(
+                transactional_id, Operation.DESCRIBE
+            ):
+                states.append(replace(state, transactional_id=transactional_id))
+        return replace(response, transaction_states=tuple(states))
+
+    return Forward(request, finish)
+
+
+async def describe_producers(ctx: RequestContext, request: Any) -> Step:
+    ns, access, api = ctx.ns, ctx.access, ctx.api
+    forwarded, refusals = [], []
+    for topic in request.topics:
+        if topic.name and access.may_topic(topic.name, Operation.READ):
+            forwarded.append(replace(topic, name=ns.inward(topic.name)))
+        else:
+            refusals.append(
+                api.make(
+                    "TopicResponse",
+                    name=topic.name,
+                    partitions=tuple(
+                        api.make(
+                            "PartitionResponse",
+                            partition_index=index,
+                            error_code=E.topic_authorization_failed,
+                            error_message=None,
+                            active_producers=(),
+                        )
+                        for index in topic.partition_indexes
+                    ),
+                )
+            )
+    if not forwarded:
+        return Answer(api.response(throttle_time=NO_THROTTLE, topics=tuple(refusals)))
+
+    def finish(response: Any) -> Any:
+        return replace(response, topics=rename_topics(response.topics, ns) + tuple(refusals))
+
+    return Forward(replace(request, topics=tuple(forwarded)), finish)

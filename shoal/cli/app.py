@@ -6,7 +6,8 @@ consume`` are a Kafka client for people; ``shoal bench produce|consume|e2e``
 measures any Kafka-compatible cluster as Kafka's perf-test tools do; ``shoal
 tenant``, ``key``, ``acl`` and ``quota`` manage tenants in etcd; ``shoal oauth
 rotate-keys`` rotates the gateways' token signing key; ``shoal rack-of-node`` is the
-brokers' init container on Kubernetes. Every flag also reads a
+brokers' init container on Kubernetes; ``shoal group`` and ``shoal txn``
+look after consumer groups and transactions. Every flag also reads a
 ``SHOAL_*`` environment variable, named in ``--help``.
 
 The entry point is :func:`main` (``[project.scripts]`` in pyproject.toml).
@@ -27,6 +28,7 @@ from shoal.cli.rack import rack_of_node_command
 from shoal.cli.records import consume, produce
 from shoal.cli.tenancy import acl_app, key_app, quota_app, tenant_app
 from shoal.cli.topic import topic_app
+from shoal.cli.txn import txn_app
 
 app = typer.Typer(
     name="shoal",
@@ -45,6 +47,7 @@ app.command(name="rack-of-node")(rack_of_node_command)
 app.add_typer(topic_app, name="topic")
 app.add_typer(bench_app, name="bench")
 app.add_typer(group_app, name="group")
+app.add_typer(txn_app, name="txn")
 app.add_typer(tenant_app, name="tenant")
 app.add_typer(key_app, name="key")
 app.add_typer(acl_app, name="acl")
