@@ -280,12 +280,32 @@ async def test_deleting_offsets_drops_their_pending_transactional_ones(
 # -- the handlers -------------------------------------------------------------------------
 
 
+class AgreeingVerifier:
+    """The transaction coordinator's check (KIP-890), answered "in the transaction";
+    test_txn_verification.py covers its refusals."""
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[str, int, int, list[tuple[str, int]]]] = []
+
+    async def verify(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: list[tuple[str, int]],
+        abortable: bool = False,
+    ) -> dict[tuple[str, int], ErrorCode]:
+        self.asked.append((transactional_id, producer_id, producer_epoch, partitions))
+        return {tp: E.none for tp in partitions}
+
+
 class Services:
     """The part of BrokerServices the offset handlers use."""
 
     def __init__(self, env: CoordinatorEnv) -> None:
         self.groups = env.coordinator
         self.clock = env.clock
+        self.verifier = AgreeingVerifier()
 
 
 def handler_context(api_key: int, version: int) -> RequestContext:
@@ -323,16 +343,19 @@ async def test_the_txn_offset_commit_handler_stores_pending_offsets(
     env: CoordinatorEnv, version: int
 ) -> None:
     ctx = handler_context(TXN_OFFSET_COMMIT, version)
-    response = await handle_txn_offset_commit(
-        Services(env),  # type: ignore[arg-type]
-        ctx,
-        txn_offset_commit_request(version),
-    )
+    services = Services(env)
+    request = txn_offset_commit_request(version)
+    response = await handle_txn_offset_commit(services, ctx, request)  # type: ignore[arg-type]
     (topic,) = response.topics
     assert (topic.name, [(p.partition_index, p.error_code) for p in topic.partitions]) == (
         "t",
         [(0, E.none)],
     )
+    # The group's offsets partition is checked against the producer's transaction first.
+    offsets_partition = (OFFSETS_TOPIC, env.coordinator.partition_of("g"))
+    assert services.verifier.asked == [
+        (request.transactional_id, request.producer_id, request.producer_epoch, [offsets_partition])
+    ]
     await end_txn(env, commit=True)
     stored = committed(env, "g", ("t", 0))[("t", 0)]
     assert (stored.offset, stored.metadata, stored.commit_timestamp) == (42, "meta", NOW)
