@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 PIP_INSTALL := $(BIN)/pip install --disable-pip-version-check --quiet
 EDITABLE := --config-settings editable_mode=strict
 
-.PHONY: dev test check pytest bench bench-detail clean kcat java helm kafka spark-kafka
+.PHONY: dev test check pytest bench bench-detail clean kcat java helm kafka spark-kafka kafkajs
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -118,13 +118,33 @@ $(BIN)/helm $(BIN)/kubectl &: | $(BIN)/python
 	$(HELM) version --short
 	$(KUBECTL) version --client
 
+# KafkaJS, the Node.js client (no native code, no dependencies of its own), for
+# test_kafkajs.py: tests/integration/kafkajs/package.json pins the version (read
+# from there, the one place it is written) and npm installs it into a cache
+# outside the repository keyed by version; the test runs node with NODE_PATH at
+# $(KAFKAJS_HOME)/node_modules.
+KAFKAJS_VERSION := $(shell sed -n 's|.*"kafkajs": *"\(.*\)".*|\1|p' tests/integration/kafkajs/package.json)
+KAFKAJS_HOME ?= $(HOME)/.cache/shoal/kafkajs-$(KAFKAJS_VERSION)
+
+kafkajs: $(KAFKAJS_HOME)/.installed
+
+$(KAFKAJS_HOME)/.installed: tests/integration/kafkajs/package.json
+	@command -v npm >/dev/null || { \
+	  echo "installing npm (Debian package, to fetch KafkaJS)"; \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq npm; \
+	  else sudo apt-get update -qq && sudo apt-get install -y -qq npm; fi; }
+	@echo "fetching KafkaJS $(KAFKAJS_VERSION) from npm into $(KAFKAJS_HOME)/node_modules"
+	@rm -rf '$(KAFKAJS_HOME)/node_modules'
+	npm install --prefix '$(KAFKAJS_HOME)' --no-audit --no-fund --silent --save-exact 'kafkajs@$(KAFKAJS_VERSION)'
+	@touch '$@'
+
 # Most integration tests wait on processes, sessions and timeouts, so two
 # workers (pytest-xdist, a file each at a time) take half the time on two
 # cores. Tests marked `alone` measure rates against the machine and run after
 # the rest, by themselves.
 PYTEST_WORKERS := -n 2 --dist loadfile
 
-pytest: $(VENV)/.installed-test kcat java helm kafka spark-kafka
+pytest: $(VENV)/.installed-test kcat java helm kafka spark-kafka kafkajs
 	$(BIN)/pytest -q $(PYTEST_WORKERS) -m 'not alone' --durations=25 $(PYTEST_ARGS)
 	$(BIN)/pytest -q -m alone --durations=5 $(PYTEST_ARGS)
 
