@@ -17,7 +17,7 @@ $(BIN)/python:
 # Strict editable installs link each file: new modules need a reinstall, so
 # the stamps also depend on the package folders (their mtimes change when a
 # file is added or removed).
-PACKAGE_DIRS := $(shell find shoal broker tenancy gateway connector operator -type d -not -name __pycache__)
+PACKAGE_DIRS := $(shell find shoal broker tenancy gateway connector operator benchmarks -type d -not -name __pycache__)
 
 $(VENV)/.installed-dev: pyproject.toml $(PACKAGE_DIRS) | $(BIN)/python
 	$(PIP_INSTALL) -e '.[dev]' $(EDITABLE)
@@ -169,6 +169,7 @@ bench-detail: $(VENV)/.installed-bench java spark-kafka
 	$(BIN)/python -m shoal.benchmarks.spark_read
 	$(BIN)/python -m shoal.benchmarks.recompress
 	$(BIN)/python -m shoal.benchmarks.log_cleaner
+	$(BIN)/python -m shoal.benchmarks.transactions
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
