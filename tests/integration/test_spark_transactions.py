@@ -192,7 +192,7 @@ def batch_rows(spark: Any, options: dict[str, str]) -> list[tuple[str, int, int]
     return sorted((row.value, row.partition, row.offset) for row in rows)
 
 
-def test_a_read_committed_batch_read_returns_committed_records_up_to_the_lso(
+def test_a_batch_read_returns_what_its_isolation_level_allows(
     spark: Any,
     filled: Fill,
 ) -> None:
@@ -200,12 +200,6 @@ def test_a_read_committed_batch_read_returns_committed_records_up_to_the_lso(
     assert rows == filled.rows(PLAIN, COMMITTED), (
         "every plain and committed record below the LSO, once; no aborted, open or later one"
     )
-
-
-def test_a_read_uncommitted_batch_read_returns_every_record_and_no_marker(
-    spark: Any,
-    filled: Fill,
-) -> None:
     # read_uncommitted is the default, as in spark-sql-kafka.
     rows = batch_rows(spark, shoal_options(filled, None))
     assert rows == filled.rows(*EVERYTHING)
