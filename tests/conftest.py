@@ -137,13 +137,17 @@ def start_gateway_cluster(
     return GatewayCluster(chroot, processes, gateway, root), started
 
 
-@pytest.fixture(scope="module")
-def gateway_cluster(
-    etcd: EtcdServer, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+def module_gateway_cluster(
+    etcd: EtcdServer,
+    tmp_path_factory: pytest.TempPathFactory,
+    request: pytest.FixtureRequest,
+    name: str,
+    broker_env: dict[str, str] | None = None,
 ) -> Iterator[GatewayCluster]:
-    """Three brokers behind one gateway, shared by a module's tests (own tenants each)."""
-    root = tmp_path_factory.mktemp("gateway-cluster")
-    cluster, started = start_gateway_cluster(etcd, root, brokers=3)
+    """The body of a module-scoped fixture: three brokers behind one gateway, stopped
+    after the module's tests, with the gateway's log printed if one of them failed."""
+    root = tmp_path_factory.mktemp(name)
+    cluster, started = start_gateway_cluster(etcd, root, brokers=3, broker_env=broker_env)
     yield cluster
     failed = any(
         getattr(item, "report_call", None) is not None and item.report_call.failed
@@ -157,6 +161,14 @@ def gateway_cluster(
         print(cluster.gateway.log_tail())
     _teardown(started, failed)
     shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def gateway_cluster(
+    etcd: EtcdServer, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[GatewayCluster]:
+    """Three brokers behind one gateway, shared by a module's tests (own tenants each)."""
+    yield from module_gateway_cluster(etcd, tmp_path_factory, request, "gateway-cluster")
 
 
 @pytest.fixture(scope="session")

@@ -30,7 +30,6 @@ kill did land inside a transaction.
 
 from __future__ import annotations
 
-import shutil
 import struct
 import subprocess
 import time
@@ -41,7 +40,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from conftest import EtcdServer, GatewayCluster, _teardown, start_gateway_cluster
+from conftest import EtcdServer, GatewayCluster, module_gateway_cluster
 from gateway_env import TenantKey
 from harness import wait_until
 from shoal.benchmarks.apache_kafka import ApacheKafka, default_kafka_home
@@ -156,21 +155,7 @@ def cluster(
     etcd: EtcdServer, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
 ) -> Iterator[GatewayCluster]:
     """Three brokers set up for transactions as in ``test_transactions.py``, and a gateway."""
-    root = tmp_path_factory.mktemp("kafka-streams-eos")
-    shoal, started = start_gateway_cluster(etcd, root, brokers=3, broker_env=TXN_ENV)
-    yield shoal
-    failed = any(
-        getattr(item, "report_call", None) is not None and item.report_call.failed
-        for item in request.session.items
-        if item.module is request.module
-    )
-    if shoal.gateway.running:
-        shoal.gateway.stop()
-    if failed:
-        print(f"\n----- gateway log ({shoal.gateway.log_path}) -----")
-        print(shoal.gateway.log_tail())
-    _teardown(started, failed)
-    shutil.rmtree(root, ignore_errors=True)
+    yield from module_gateway_cluster(etcd, tmp_path_factory, request, "kafka-streams-eos", TXN_ENV)
 
 
 @pytest.fixture(scope="module")

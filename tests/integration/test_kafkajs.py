@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -35,7 +34,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer
-from conftest import GatewayCluster, _teardown, start_gateway_cluster
+from conftest import GatewayCluster, module_gateway_cluster
 from gateway_env import TenantKey
 from harness import EtcdServer
 from test_transactions import PARTITIONS, TIMEOUT_S, TXN_ENV, Route, read_all
@@ -67,21 +66,7 @@ def node_modules() -> Path:
 def cluster(
     etcd: EtcdServer, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
 ) -> Iterator[GatewayCluster]:
-    root = tmp_path_factory.mktemp("kafkajs")
-    shoal, started = start_gateway_cluster(etcd, root, brokers=3, broker_env=TXN_ENV)
-    yield shoal
-    failed = any(
-        getattr(item, "report_call", None) is not None and item.report_call.failed
-        for item in request.session.items
-        if item.module is request.module
-    )
-    if shoal.gateway.running:
-        shoal.gateway.stop()
-    if failed:
-        print(f"\n----- gateway log ({shoal.gateway.log_path}) -----")
-        print(shoal.gateway.log_tail())
-    _teardown(started, failed)
-    shutil.rmtree(root, ignore_errors=True)
+    yield from module_gateway_cluster(etcd, tmp_path_factory, request, "kafkajs", TXN_ENV)
 
 
 @dataclass

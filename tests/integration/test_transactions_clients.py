@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 import subprocess
 import time
 import uuid
@@ -40,7 +39,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.structs import TopicPartition as AioTopicPartition
 from confluent_kafka import Producer
-from conftest import GatewayCluster, _teardown, start_gateway_cluster
+from conftest import GatewayCluster, module_gateway_cluster
 from gateway_env import TenantKey
 from harness import EtcdServer
 from kafka import KafkaConsumer, KafkaProducer
@@ -108,21 +107,9 @@ public class TransactionalLines {
 def cluster(
     etcd: EtcdServer, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
 ) -> Iterator[GatewayCluster]:
-    root = tmp_path_factory.mktemp("transactions-clients")
-    shoal, started = start_gateway_cluster(etcd, root, brokers=3, broker_env=TXN_ENV)
-    yield shoal
-    failed = any(
-        getattr(item, "report_call", None) is not None and item.report_call.failed
-        for item in request.session.items
-        if item.module is request.module
+    yield from module_gateway_cluster(
+        etcd, tmp_path_factory, request, "transactions-clients", TXN_ENV
     )
-    if shoal.gateway.running:
-        shoal.gateway.stop()
-    if failed:
-        print(f"\n----- gateway log ({shoal.gateway.log_path}) -----")
-        print(shoal.gateway.log_tail())
-    _teardown(started, failed)
-    shutil.rmtree(root, ignore_errors=True)
 
 
 @dataclass

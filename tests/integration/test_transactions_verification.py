@@ -13,7 +13,6 @@ offsets with its transaction, straight to the brokers and through the gateway.
 from __future__ import annotations
 
 import datetime
-import shutil
 import time
 import uuid
 from collections.abc import Iterator
@@ -22,7 +21,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from conftest import GatewayCluster, _teardown, start_gateway_cluster
+from conftest import GatewayCluster, module_gateway_cluster
 from harness import EtcdServer, wait_until
 from kio.schema.errors import ErrorCode
 from raw_kafka import RawConnection, request_class
@@ -48,21 +47,9 @@ TIMEOUT_S = 60
 def cluster(
     etcd: EtcdServer, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
 ) -> Iterator[GatewayCluster]:
-    root = tmp_path_factory.mktemp("transactions-verification")
-    shoal, started = start_gateway_cluster(etcd, root, brokers=3, broker_env=TXN_ENV)
-    yield shoal
-    failed = any(
-        getattr(item, "report_call", None) is not None and item.report_call.failed
-        for item in request.session.items
-        if item.module is request.module
+    yield from module_gateway_cluster(
+        etcd, tmp_path_factory, request, "transactions-verification", TXN_ENV
     )
-    if shoal.gateway.running:
-        shoal.gateway.stop()
-    if failed:
-        print(f"\n----- gateway log ({shoal.gateway.log_path}) -----")
-        print(shoal.gateway.log_tail())
-    _teardown(started, failed)
-    shutil.rmtree(root, ignore_errors=True)
 
 
 # -- raw protocol helpers ------------------------------------------------------------------

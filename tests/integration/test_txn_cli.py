@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -24,7 +23,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import KafkaException, Producer, TopicPartition
-from conftest import GatewayCluster, _teardown, start_gateway_cluster
+from conftest import GatewayCluster, module_gateway_cluster
 from harness import EtcdServer
 from test_transactions import ROUTES, TXN_ENV, Route, tenant
 
@@ -40,21 +39,7 @@ OPEN_FOR_MS = 300_000
 def cluster(
     etcd: EtcdServer, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
 ) -> Iterator[GatewayCluster]:
-    root = tmp_path_factory.mktemp("txn-cli")
-    shoal, started = start_gateway_cluster(etcd, root, brokers=3, broker_env=TXN_ENV)
-    yield shoal
-    failed = any(
-        getattr(item, "report_call", None) is not None and item.report_call.failed
-        for item in request.session.items
-        if item.module is request.module
-    )
-    if shoal.gateway.running:
-        shoal.gateway.stop()
-    if failed:
-        print(f"\n----- gateway log ({shoal.gateway.log_path}) -----")
-        print(shoal.gateway.log_tail())
-    _teardown(started, failed)
-    shutil.rmtree(root, ignore_errors=True)
+    yield from module_gateway_cluster(etcd, tmp_path_factory, request, "txn-cli", TXN_ENV)
 
 
 @pytest.fixture(params=list(ROUTES))
