@@ -30,7 +30,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -147,7 +147,7 @@ def warm_up(bootstrap: str, seconds: float) -> None:
     config = {"min.insync.replicas": str(MIN_INSYNC_REPLICAS)}
     for future in admin.create_topics([NewTopic(topic, 1, 3, config=config)]).values():
         future.result()
-    _wait_for_topic(bootstrap, topic)
+    wait_for_topic({"bootstrap.servers": bootstrap}, topic)
     producer = {"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True}
     deadline = time.monotonic() + seconds
     try:
@@ -159,18 +159,19 @@ def warm_up(bootstrap: str, seconds: float) -> None:
             future.result(60)
 
 
-def _wait_for_topic(bootstrap: str, topic: str, timeout_s: float = 30.0) -> None:
-    """Until every broker's metadata has ``topic`` with a leader for each partition.
+def wait_for_topic(client: Mapping[str, Any], topic: str, timeout_s: float = 30.0) -> None:
+    """Until every broker's metadata has ``topic`` with a leader for each partition;
+    ``client`` is the librdkafka configuration that reaches them.
 
     Kafka answers CreateTopics once its controller has the topic; the brokers learn it
     from the metadata log a moment later, and a client asking one of them first is told
     the topic does not exist (which ends a load generator's run)."""
     deadline = time.monotonic() + timeout_s
-    for address in bootstrap.split(","):
+    for address in str(client["bootstrap.servers"]).split(","):
         while True:
             # A client of its own per check: its first request goes to ``address``.
-            client = AdminClient({"bootstrap.servers": address})
-            described = client.list_topics(topic, timeout=5).topics.get(topic)
+            admin = AdminClient({**client, "bootstrap.servers": address})
+            described = admin.list_topics(topic, timeout=5).topics.get(topic)
             if (
                 described is not None
                 and described.error is None

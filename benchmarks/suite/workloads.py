@@ -37,7 +37,7 @@ from typing import Any
 from confluent_kafka.admin import AdminClient, NewTopic
 from shoal.benchmarks.common import cpu_seconds
 from shoal.benchmarks.suite import nats_client, redis_client
-from shoal.benchmarks.suite.systems import MIN_INSYNC_REPLICAS, Target
+from shoal.benchmarks.suite.systems import MIN_INSYNC_REPLICAS, Target, wait_for_topic
 
 RECORD_SIZE = 1024
 GROUP_JOIN_S = 6.0
@@ -187,6 +187,9 @@ def create_topic(target: Target, name: str, partitions: int) -> str:
         new = NewTopic(target.topic_prefix + topic, partitions, target.replicas, config=config)
         for future in admin.create_topics([new], operation_timeout=30).values():
             future.result()
+        # Kafka's brokers learn a new topic a moment after its controller: a producer
+        # asking one of them first would be told it does not exist.
+        wait_for_topic(target.connection["admin"], new.topic)
     elif target.kind == "nats":
         asyncio.run(nats_client.create_topic(target.connection, topic, partitions))
     _live[target.name] = (topic, partitions)
