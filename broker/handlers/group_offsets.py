@@ -21,6 +21,7 @@ are answered as Kafka's group coordinator maps them
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Final
 
 from shoal.broker.coordinator.coordinator import OFFSETS_TOPIC
@@ -93,13 +94,20 @@ async def handle_txn_offset_commit(
             getattr(request, "group_instance_id", None),
             offsets,
         )
+    return _commit_response(api, "TxnOffsetCommit", request, results)
+
+
+def _commit_response(
+    api: Any, kind: str, request: Any, results: Mapping[tuple[str, int], ErrorCode]
+) -> Any:
+    """An OffsetCommit or TxnOffsetCommit (``kind``) answer: each requested partition's code."""
     topics = tuple(
         api.make(
-            "TxnOffsetCommitResponseTopic",
+            f"{kind}ResponseTopic",
             name=topic.name,
             partitions=tuple(
                 api.make(
-                    "TxnOffsetCommitResponsePartition",
+                    f"{kind}ResponsePartition",
                     partition_index=p.partition_index,
                     error_code=results[(topic.name, p.partition_index)],
                 )
@@ -135,22 +143,7 @@ async def handle_offset_commit(services: BrokerServices, ctx: RequestContext, re
         getattr(request, "group_instance_id", None),
         offsets,
     )
-    topics = tuple(
-        api.make(
-            "OffsetCommitResponseTopic",
-            name=topic.name,
-            partitions=tuple(
-                api.make(
-                    "OffsetCommitResponsePartition",
-                    partition_index=p.partition_index,
-                    error_code=results[(topic.name, p.partition_index)],
-                )
-                for p in topic.partitions
-            ),
-        )
-        for topic in request.topics
-    )
-    return api.response(throttle_time=NO_THROTTLE, topics=topics)
+    return _commit_response(api, "OffsetCommit", request, results)
 
 
 def _fetch_topics(
