@@ -74,6 +74,12 @@ class BrokerConnection:
             except TimeoutError as exc:
                 self.close()
                 raise UpstreamError(f"broker {self.address} did not answer in time") from exc
+            except BaseException:
+                # Cancelled (an HTTP client went away) or broken between the request and
+                # its answer: the answer may still arrive, and the next call would read it
+                # as its own, so the connection cannot be used again.
+                self.close()
+                raise
             answered, response = decode_response(api, frame)
             if answered != correlation_id:
                 self.close()
