@@ -8,6 +8,10 @@ the user wrote them in the documentation (``startingOffsets``, not
 
 ``kafka.*`` options are librdkafka settings, passed to the client with the
 prefix removed; ``shoal.bootstrap`` is a shorter ``kafka.bootstrap.servers``.
+
+``exactlyOnce`` and ``transactionalIdPrefix`` go beyond spark-sql-kafka, whose
+sink is at-least-once: each task of a batch write produces in one Kafka
+transaction (see ``writing.produce_transaction``).
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ _READ_OPTIONS = (
     "failOnDataLoss",
     "kafkaConsumer.pollTimeoutMs",
 )
-_WRITE_OPTIONS = ("shoal.bootstrap", "topic")
+_WRITE_OPTIONS = ("shoal.bootstrap", "topic", "exactlyOnce", "transactionalIdPrefix")
 _CANONICAL = {name.lower(): name for name in (*_READ_OPTIONS, *_WRITE_OPTIONS)}
 
 # librdkafka settings the connector owns: the source decides where reading
@@ -132,6 +136,10 @@ class ReadOptions:
 class WriteOptions:
     client: dict[str, str]
     topic: str | None
+    # One transaction per task, its id derived from the prefix and the task's
+    # partition; the prefix is None when the user gave none (the writer picks one).
+    exactly_once: bool = False
+    transactional_id_prefix: str | None = None
 
 
 def parse_read_options(options: Mapping[str, str], mode: Mode) -> ReadOptions:
@@ -170,13 +178,54 @@ def parse_read_options(options: Mapping[str, str], mode: Mode) -> ReadOptions:
     )
 
 
-def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
+def parse_write_options(options: Mapping[str, str], mode: Mode = Mode.BATCH) -> WriteOptions:
     """Check a write's options and turn them into a WriteOptions."""
     given = _split(options, allowed=_WRITE_OPTIONS, role="writing")
     topic = given.get("topic")
     if topic is not None and not topic:
         raise OptionError("topic must not be empty")
-    return WriteOptions(client=_client_settings(options), topic=topic)
+    client = _client_settings(options)
+    exactly_once = _boolean(given, "exactlyOnce", default=False)
+    prefix = given.get("transactionalIdPrefix")
+    if prefix is not None and not exactly_once:
+        raise OptionError("transactionalIdPrefix applies only with exactlyOnce=true")
+    if prefix is not None and not prefix.strip():
+        raise OptionError("transactionalIdPrefix must not be empty")
+    if exactly_once:
+        if mode is Mode.STREAMING:
+            raise OptionError(
+                "exactlyOnce applies to batch writes only: Spark may run a micro-batch "
+                "again after a failure, and its tasks cannot tell that the first run "
+                "already committed, so streaming writes stay at-least-once"
+            )
+        _check_transactional_client(client)
+    elif "transactional.id" in client:
+        raise OptionError(
+            "option kafka.transactional.id is not supported: set exactlyOnce=true "
+            "(and transactionalIdPrefix) for transactional writes"
+        )
+    return WriteOptions(
+        client=client, topic=topic, exactly_once=exactly_once, transactional_id_prefix=prefix
+    )
+
+
+def _check_transactional_client(client: Mapping[str, str]) -> None:
+    """Refuse the librdkafka settings a transactional producer cannot have."""
+    if "transactional.id" in client:
+        raise OptionError(
+            "option kafka.transactional.id is not supported with exactlyOnce=true: "
+            "each task derives its own from transactionalIdPrefix and its partition"
+        )
+    if client.get("enable.idempotence", "true").strip().lower() != "true":
+        raise OptionError(
+            "kafka.enable.idempotence=false contradicts exactlyOnce=true: "
+            "a transactional producer is idempotent"
+        )
+    if client.get("acks", "all").strip().lower() not in ("all", "-1"):
+        raise OptionError(
+            "exactlyOnce=true needs kafka.acks=all (or -1), which is the default; "
+            f"not {client['acks']!r}"
+        )
 
 
 def _split(options: Mapping[str, str], allowed: tuple[str, ...], role: str) -> dict[str, str]:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+from pyspark import TaskContext
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
@@ -43,7 +44,14 @@ from shoal.connector.options import (
 from shoal.connector.planner import StreamPlanner, plan_batch
 from shoal.connector.reading import ReadTask, read_range
 from shoal.connector.schema import read_schema
-from shoal.connector.writing import WriteColumns, check_write_schema, produce_batches
+from shoal.connector.writing import (
+    WriteColumns,
+    check_write_schema,
+    default_transactional_id_prefix,
+    produce_batches,
+    produce_transaction,
+    transactional_id,
+)
 
 log = logging.getLogger("shoal.connector")
 
@@ -71,11 +79,18 @@ class ShoalDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool) -> ShoalBatchWriter:
         if overwrite:
             raise OptionError("mode overwrite is not supported: records are appended to topics")
-        options = parse_write_options(self.options)
-        return ShoalBatchWriter(options, _write_columns(schema, options))
+        options = parse_write_options(self.options, Mode.BATCH)
+        prefix = None
+        if options.exactly_once:
+            # Chosen here, on the driver, once per write: every task attempt
+            # unpickles this writer, so attempts of one task share their id.
+            prefix = options.transactional_id_prefix or default_transactional_id_prefix(
+                options.topic
+            )
+        return ShoalBatchWriter(options, _write_columns(schema, options), prefix)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> ShoalStreamWriter:
-        options = parse_write_options(self.options)
+        options = parse_write_options(self.options, Mode.STREAMING)
         return ShoalStreamWriter(options, _write_columns(schema, options))
 
 
@@ -174,18 +189,44 @@ class WriteCommitMessage(WriterCommitMessage):
 
 
 class ShoalBatchWriter(DataSourceArrowWriter):
-    def __init__(self, options: WriteOptions, columns: WriteColumns) -> None:
+    """A batch write; with ``transactional_id_prefix``, one transaction per task.
+
+    Each task commits its own transaction before it returns (``writing``
+    says why there), so ``commit`` and ``abort`` on the driver only log: a
+    failed write leaves the partitions whose tasks committed visible.
+    """
+
+    def __init__(
+        self,
+        options: WriteOptions,
+        columns: WriteColumns,
+        transactional_id_prefix: str | None = None,
+    ) -> None:
         self._options = options
         self._columns = columns
+        self.transactional_id_prefix = transactional_id_prefix
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteCommitMessage:
-        return _write(self._options, self._columns, iterator)
+        if self.transactional_id_prefix is None:
+            return _write(self._options, self._columns, iterator)
+        return _write_transaction(
+            self._options, self._columns, self.transactional_id_prefix, iterator
+        )
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         _log_commit(messages, "write")
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        _log_abort(messages, "write")
+        if self.transactional_id_prefix is None:
+            _log_abort(messages, "write")
+            return
+        committed = sum(m.records for m in messages if isinstance(m, WriteCommitMessage))
+        log.warning(
+            "exactly-once write aborted; %d records of tasks that committed their "
+            "transactions stay visible; other tasks' transactions are aborted, at the "
+            "latest at their transaction timeout",
+            committed,
+        )
 
 
 class ShoalStreamWriter(DataSourceStreamArrowWriter):
@@ -208,6 +249,29 @@ def _write(
 ) -> WriteCommitMessage:
     report = produce_batches(options.client, options.topic, columns, batches)
     log.info("task wrote %d records (%d bytes)", report.records, report.bytes)
+    return WriteCommitMessage(report.records, report.bytes)
+
+
+def _write_transaction(
+    options: WriteOptions,
+    columns: WriteColumns,
+    prefix: str,
+    batches: Iterator[pa.RecordBatch],
+) -> WriteCommitMessage:
+    context = TaskContext.get()
+    if context is None:
+        raise RuntimeError("an exactly-once write runs in a Spark task, which has a TaskContext")
+    # The partition, not the attempt: a retry must fence the attempt it replaces.
+    txn_id = transactional_id(prefix, context.partitionId())
+    report = produce_transaction(options.client, txn_id, options.topic, columns, batches)
+    log.info(
+        "task %s (attempt %d) committed %d records (%d bytes) in transaction %s",
+        context.partitionId(),
+        context.attemptNumber(),
+        report.records,
+        report.bytes,
+        txn_id,
+    )
     return WriteCommitMessage(report.records, report.bytes)
 
 

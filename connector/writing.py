@@ -5,16 +5,39 @@ The DataFrame's columns name what each record is: ``value`` (required),
 The ``topic`` option, when given, overrides the topic column. Records are
 produced with acks=all and idempotence unless the ``kafka.*`` options say
 otherwise, and a task fails if any of its records was not acknowledged.
+
+With ``exactlyOnce=true`` a task produces in one Kafka transaction instead
+(``produce_transaction``) and commits it before it returns: there is no
+other place to commit, since Kafka lets only the producer that opened a
+transaction end it (librdkafka has no KIP-939 two-phase commit, which would
+let Spark's driver commit every task's transaction at once), and Spark runs
+a Python writer's ``write`` to its end before its output commit coordinator
+decides which attempt counts. The transactional id is the same for every
+attempt of a task and differs between tasks, so an attempt's
+``init_transactions`` fences the attempts before it and aborts the
+transaction they left open.
 """
 
 from __future__ import annotations
 
+import re
+import uuid
 from collections.abc import Iterator, Mapping
+from contextlib import suppress
 from dataclasses import dataclass
 
 import pyarrow as pa
-from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from shoal.connector.options import OptionError
+
+# How long librdkafka's transactional calls may take. init_transactions may
+# wait for the coordinator to abort a failed attempt's open transaction.
+TRANSACTION_CALL_TIMEOUT_S = 120.0
+# commit_transaction is retried this many times when librdkafka says it may be.
+_COMMIT_ATTEMPTS = 3
+DEFAULT_TRANSACTIONAL_ID_PREFIX = "spark-shoal"
+# Characters Kafka allows in topic names; anything else is left out of a default prefix.
+_NOT_IN_NAMES = re.compile(r"[^A-Za-z0-9._-]")
 
 # Spark type names (DataType.simpleString()) each column may have.
 _TEXT_OR_BYTES = ("string", "binary")
@@ -75,6 +98,28 @@ def producer_settings(client: Mapping[str, str]) -> dict[str, object]:
     return {"acks": "all", "enable.idempotence": True, "linger.ms": 5, **client}
 
 
+def default_transactional_id_prefix(topic_option: str | None) -> str:
+    """A prefix for one write, when the user gave none: new for every write.
+
+    Spark tells a Python data source nothing stable about a batch write (no
+    query name, no job id), and a prefix made of the topic alone would make
+    two concurrent writes to one topic fence each other's tasks. A random part
+    chosen when the write is planned is the same for every attempt of its
+    tasks (they all unpickle the one writer) and differs between writes; the
+    topic is there only so that operators can tell whose transactions they see.
+    """
+    parts = [DEFAULT_TRANSACTIONAL_ID_PREFIX]
+    if topic_option:
+        parts.append(_NOT_IN_NAMES.sub("", topic_option))
+    parts.append(uuid.uuid4().hex[:16])
+    return "-".join(part for part in parts if part)
+
+
+def transactional_id(prefix: str, partition: int) -> str:
+    """The transactional id of every attempt of the task writing Spark partition ``partition``."""
+    return f"{prefix}-{partition}"
+
+
 def produce_batches(
     client: Mapping[str, str],
     topic_option: str | None,
@@ -83,6 +128,56 @@ def produce_batches(
 ) -> WriteReport:
     """Produce every row of ``batches``; raise if any was not acknowledged."""
     producer = Producer(producer_settings(client))
+    return _produce_all(producer, topic_option, columns, batches)
+
+
+def produce_transaction(
+    client: Mapping[str, str],
+    txn_id: str,
+    topic_option: str | None,
+    columns: WriteColumns,
+    batches: Iterator[pa.RecordBatch],
+) -> WriteReport:
+    """Produce every row of ``batches`` in one transaction, as ``txn_id``, and commit it.
+
+    Raises, with the transaction aborted (or left for the next attempt's
+    ``init_transactions`` to abort), if any record was not acknowledged or
+    the commit failed; a producer fenced by a later attempt with the same id
+    fails here, at the latest when it commits.
+    """
+    producer = Producer({**producer_settings(client), "transactional.id": txn_id})
+    # Fences every earlier producer with this id and aborts what it left open.
+    producer.init_transactions(TRANSACTION_CALL_TIMEOUT_S)
+    producer.begin_transaction()
+    try:
+        report = _produce_all(producer, topic_option, columns, batches)
+        _commit(producer)
+    except BaseException:
+        # A fenced producer cannot abort; a later attempt's init_transactions
+        # (or the transaction timeout) ends what this one leaves open.
+        with suppress(KafkaException):
+            producer.abort_transaction(TRANSACTION_CALL_TIMEOUT_S)
+        raise
+    return report
+
+
+def _commit(producer: Producer) -> None:
+    for attempt in range(_COMMIT_ATTEMPTS):
+        try:
+            producer.commit_transaction(TRANSACTION_CALL_TIMEOUT_S)
+            return
+        except KafkaException as error:
+            kafka_error: KafkaError = error.args[0]
+            if not kafka_error.retriable() or attempt == _COMMIT_ATTEMPTS - 1:
+                raise
+
+
+def _produce_all(
+    producer: Producer,
+    topic_option: str | None,
+    columns: WriteColumns,
+    batches: Iterator[pa.RecordBatch],
+) -> WriteReport:
     report = WriteReport()
     failures: list[KafkaError] = []
 

@@ -18,25 +18,34 @@ and open ones included. Markers take offsets but are never rows.
 * Spark's own source (``format("kafka")``, spark-sql-kafka, in a child
   process as tests/integration/test_spark_kafka_source.py runs it) on the
   same kind of topic: what spark-sql-kafka users see, the reference.
+
+And the sink's ``exactlyOnce=true``, which spark-sql-kafka does not have: a
+Spark write whose tasks each commit one transaction, read back by plain
+confluent-kafka consumers; and a task's retry, driven through the task's own
+function (``produce_transaction``) with the id Spark would give both
+attempts, which fences the first attempt and leaves its records aborted.
 """
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Iterator
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from confluent_kafka import IsolationLevel, KafkaException, Producer
+from confluent_kafka import IsolationLevel, KafkaError, KafkaException, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 from conftest import GatewayCluster
 from harness import wait_until
+from shoal.connector.writing import WriteColumns, produce_transaction, transactional_id
 
 # Fixtures (cluster, route; jars, spark_process) and helpers of the modules that
 # already run transactions and spark-sql-kafka against Shoal.
@@ -46,7 +55,15 @@ from test_spark_kafka_source import (  # noqa: F401
     jars,
     spark_process,
 )
-from test_transactions import PARTITIONS, TIMEOUT_S, Route, cluster, direct, route  # noqa: F401
+from test_transactions import (  # noqa: F401
+    PARTITIONS,
+    TIMEOUT_S,
+    Route,
+    cluster,
+    direct,
+    read_all,
+    route,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -275,3 +292,103 @@ def test_spark_kafka_source_reads_the_same_records_at_each_isolation_level(
 
     assert read("read_committed") == filled_direct.rows(PLAIN, COMMITTED)
     assert read("read_uncommitted") == filled_direct.rows(*EVERYTHING)
+
+
+# -- the sink's exactlyOnce option ---------------------------------------------------------
+
+ROWS = 30
+SPARK_PARTITIONS = 2
+
+
+def values(prefix: str = "row-") -> list[str]:
+    return [f"{prefix}{i}" for i in range(ROWS)]
+
+
+def ends(to: Route, topic: str, isolation: IsolationLevel) -> dict[int, int]:
+    admin = AdminClient(to.settings)
+    request = {KafkaTopicPartition(topic, p): OffsetSpec.latest() for p in range(PARTITIONS)}
+    futures = admin.list_offsets(request, isolation_level=isolation)
+    return {tp.partition: f.result(TIMEOUT_S).offset for tp, f in futures.items()}
+
+
+def write_options(to: Route, topic: str, **extra: str) -> dict[str, str]:
+    return {**{f"kafka.{k}": str(v) for k, v in to.settings.items()}, "topic": topic, **extra}
+
+
+def test_an_exactly_once_write_commits_every_row_once_in_transactions(
+    spark: Any,
+    route: Route,  # noqa: F811
+) -> None:
+    topic = route.create_topic()
+    rows = [(value, i % PARTITIONS) for i, value in enumerate(values())]
+    # Two Spark partitions, each with rows for every Kafka partition.
+    frame = spark.createDataFrame(
+        spark.sparkContext.parallelize(rows, SPARK_PARTITIONS), "value string, partition int"
+    )
+    assert frame.rdd.getNumPartitions() == SPARK_PARTITIONS
+    frame.write.format("shoal").options(**write_options(route, topic, exactlyOnce="true")).mode(
+        "append"
+    ).save()
+
+    committed = read_all(route.consumer("read_committed"), topic, ROWS)
+    assert sorted(committed) == sorted(values()), "every row once, no marker as a record"
+    # Nothing was aborted: a read_uncommitted reader sees the same rows.
+    assert sorted(read_all(route.consumer("read_uncommitted"), topic, ROWS)) == sorted(values())
+    # Each task's transaction ended with a commit marker on every Kafka partition it wrote to,
+    # and every transaction is over (the LSO is the high watermark).
+    high = ends(route, topic, IsolationLevel.READ_UNCOMMITTED)
+    assert sum(high.values()) == ROWS + SPARK_PARTITIONS * PARTITIONS
+    assert ends(route, topic, IsolationLevel.READ_COMMITTED) == high
+
+
+def test_a_retried_task_fences_its_failed_attempt_and_its_rows_appear_once(
+    route: Route,  # noqa: F811
+) -> None:
+    """Two attempts of one task, as Spark would run them: same rows, same transactional id.
+
+    The first produces its rows and hangs before committing (a lost executor, a
+    straggler); the retry's init_transactions fences it and aborts its
+    transaction; when the first wakes up and commits it is refused.
+    """
+    topic = route.create_topic()
+    client = {k: str(v) for k, v in route.settings.items()}
+    txn_id = transactional_id(f"retry-{uuid.uuid4().hex[:8]}", 0)
+    columns = WriteColumns(key=False, topic=False, partition=True, headers=False)
+    batch = pa.record_batch(
+        {
+            "value": pa.array([v.encode() for v in values()], pa.binary()),
+            "partition": pa.array([i % PARTITIONS for i in range(ROWS)], pa.int32()),
+        }
+    )
+    woken = threading.Event()
+
+    def first_attempt_rows() -> Iterator[pa.RecordBatch]:
+        yield batch
+        woken.wait(TIMEOUT_S)
+
+    with ThreadPoolExecutor(1) as pool:
+        first = pool.submit(
+            produce_transaction, client, txn_id, topic, columns, first_attempt_rows()
+        )
+        wait_until(
+            lambda: sum(ends(route, topic, IsolationLevel.READ_UNCOMMITTED).values()) >= ROWS,
+            TIMEOUT_S,
+            "the first attempt's records in the log",
+        )
+        retry = produce_transaction(client, txn_id, topic, columns, iter([batch]))
+        woken.set()
+        with pytest.raises(KafkaException) as refused:
+            first.result(TIMEOUT_S)
+    assert retry.records == ROWS
+    # librdkafka reports the brokers' PRODUCER_FENCED as its fatal _FENCED, when ending the
+    # transaction: the first attempt's commit fails.
+    error: KafkaError = refused.value.args[0]
+    assert error.fatal(), error
+    assert error.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED), error
+
+    assert sorted(read_all(route.consumer("read_committed"), topic, ROWS)) == sorted(values())
+    # Both attempts' records are in the log; the first attempt's were aborted.
+    uncommitted = read_all(route.consumer("read_uncommitted"), topic, 2 * ROWS)
+    assert sorted(uncommitted) == sorted(values() * 2)
+    high = ends(route, topic, IsolationLevel.READ_UNCOMMITTED)
+    assert ends(route, topic, IsolationLevel.READ_COMMITTED) == high, "no transaction left open"
