@@ -1,14 +1,18 @@
-"""DescribeProducers (61): the active producers of partitions this broker leads (KIP-664).
+"""DescribeProducers (61): the active producers of partitions this broker hosts (KIP-664).
 
 What ``kafka-transactions.sh describe-producers`` shows, and where an operator
 finds a hanging transaction: a producer whose ``current_txn_start_offset`` is
 not -1 has a transaction open in that partition from that offset, which holds
 back the last stable offset and so every read_committed consumer.
 
-As Kafka's ``ReplicaManager.activeProducerState``: answered by the leader only
-(NOT_LEADER_OR_FOLLOWER elsewhere, UNKNOWN_TOPIC_OR_PARTITION for a partition
-that does not exist), from the partition log's producer state, the entries a
-snapshot would write.
+As Kafka's ``ReplicaManager.activeProducerState``: answered by any replica
+with the partition's log, leader or follower (followers rebuild the producer
+state from what they replicate), because ``describe-producers --broker-id``
+and ``find-hanging --broker-id`` ask one broker about every partition it has a
+replica of. NOT_LEADER_OR_FOLLOWER where this broker hosts no replica,
+UNKNOWN_TOPIC_OR_PARTITION for a partition that does not exist. The answer is
+the log's producer state, the entries a snapshot would write. Clients without
+``--broker-id`` ask the leader, as Kafka's admin client does.
 """
 
 from __future__ import annotations
@@ -41,7 +45,6 @@ async def handle_describe_producers(
 def _describe(services: BrokerServices, api: Any, topic: str, index: int) -> Any:
     try:
         partition = services.partition(topic, index)
-        partition.require_leader()
     except PartitionError as exc:
         return api.make(
             "PartitionResponse",

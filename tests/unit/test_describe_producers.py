@@ -1,5 +1,6 @@
-"""DescribeProducers (61) on the broker: the leader's producer state per partition,
-and Kafka's errors where this broker cannot answer for a partition."""
+"""DescribeProducers (61) on the broker: each hosted replica's producer state per
+partition, a follower's too (``find-hanging --broker-id`` asks every replica), and
+Kafka's errors where this broker cannot answer for a partition."""
 
 from __future__ import annotations
 
@@ -19,17 +20,19 @@ E = ErrorCode
 
 
 class FakePartition:
-    def __init__(self, state: ProducerStateManager, leader: bool = True) -> None:
+    def __init__(self, state: ProducerStateManager) -> None:
         self.log = SimpleNamespace(producer_state=state)
-        self.leader = leader
-
-    def require_leader(self) -> None:
-        if not self.leader:
-            raise NotLeaderError("not the leader")
 
 
-def services(partitions: dict[tuple[str, int], FakePartition]) -> Any:
+def services(
+    partitions: dict[tuple[str, int], FakePartition], elsewhere: frozenset[tuple[str, int]]
+) -> Any:
+    """BrokerServices.partition: a hosted replica (leader or follower), NotLeaderError
+    for a partition of the cluster with no replica here, UnknownPartitionError else."""
+
     def partition(topic: str, index: int) -> FakePartition:
+        if (topic, index) in elsewhere:
+            raise NotLeaderError(f"no replica of {topic}-{index} here")
         if (topic, index) not in partitions:
             raise UnknownPartitionError(f"unknown partition {topic}-{index}")
         return partitions[topic, index]
@@ -51,24 +54,23 @@ def test_describe_producers_is_registered() -> None:
     assert build_handlers()[DESCRIBE_PRODUCERS] is handle_describe_producers
 
 
-async def test_describe_producers_answers_the_leaders_producer_state(tmp_path: Path) -> None:
+async def test_describe_producers_answers_each_hosted_replicas_producer_state(
+    tmp_path: Path,
+) -> None:
     api = schema(DESCRIBE_PRODUCERS, 0)
     request = api.request(
         topics=(api.make_request("TopicRequest", name="t", partition_indexes=(0, 1, 5)),)
     )
     fake = services(
-        {
-            ("t", 0): FakePartition(producer_state(tmp_path)),
-            ("t", 1): FakePartition(ProducerStateManager(tmp_path), leader=False),
-        }
+        {("t", 0): FakePartition(producer_state(tmp_path))}, elsewhere=frozenset({("t", 1)})
     )
 
     response = await handle_describe_producers(fake, SimpleNamespace(api=api), request)
 
     body, _ = api.read_response(memoryview(api.encode_body(response)), 0)
     (topic,) = body.topics
-    leader, follower, unknown = topic.partitions
-    assert leader.error_code == E.none
+    hosted, elsewhere, unknown = topic.partitions
+    assert hosted.error_code == E.none
     assert [
         (
             p.producer_id,
@@ -78,8 +80,8 @@ async def test_describe_producers_answers_the_leaders_producer_state(tmp_path: P
             p.coordinator_epoch,
             p.current_txn_start_offset,
         )
-        for p in leader.active_producers
+        for p in hosted.active_producers
     ] == [(4, 0, -1, 5, -1, -1), (9, 3, 4, 1_700_000_000_000, 2, 10)]
-    assert (follower.partition_index, follower.error_code) == (1, E.not_leader_or_follower)
+    assert (elsewhere.partition_index, elsewhere.error_code) == (1, E.not_leader_or_follower)
     assert (unknown.partition_index, unknown.error_code) == (5, E.unknown_topic_or_partition)
-    assert follower.active_producers == unknown.active_producers == ()
+    assert elsewhere.active_producers == unknown.active_producers == ()
