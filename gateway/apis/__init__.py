@@ -19,6 +19,7 @@ SASL_HANDSHAKE: Final = 17
 SASL_AUTHENTICATE: Final = 36
 DESCRIBE_CLIENT_QUOTAS: Final = 48
 ALTER_CLIENT_QUOTAS: Final = 49
+WRITE_TXN_MARKERS: Final = 27
 
 REWRITERS: Final[dict[int, tuple[tuple[int, int], Rewriter]]] = {
     0: ((3, 11), records.produce),
@@ -42,6 +43,7 @@ REWRITERS: Final[dict[int, tuple[tuple[int, int], Rewriter]]] = {
     24: ((0, 3), transactions.add_partitions_to_txn),
     25: ((0, 3), transactions.add_offsets_to_txn),
     26: ((0, 3), transactions.end_txn),
+    WRITE_TXN_MARKERS: ((1, 2), transactions.write_txn_markers),
     28: ((0, 3), groups.txn_offset_commit),
     32: ((1, 4), topics.describe_configs),
     37: ((0, 3), topics.create_partitions),
@@ -62,5 +64,6 @@ GATEWAY_ONLY: Final[dict[int, tuple[int, int]]] = {
     SASL_AUTHENTICATE: (0, 2),
     DESCRIBE_CLIENT_QUOTAS: (0, 1),
     ALTER_CLIENT_QUOTAS: (0, 1),
+    WRITE_TXN_MARKERS: (1, 2),  # always CLUSTER_AUTHORIZATION_FAILED, as Kafka for a non-broker
 }
 """APIs the gateway answers alone; their versions are not intersected with the brokers'."""

@@ -4,7 +4,7 @@ Kafka's checks: a transactional id needs WRITE on it; an idempotent producer
 without one needs IDEMPOTENT_WRITE on the cluster; adding partitions needs
 WRITE on each topic; adding a group's offsets needs READ on the group.
 DescribeTransactions, ListTransactions and DescribeProducers, the operators'
-tools, are at the end.
+tools, and WriteTxnMarkers, which the gateway answers itself, are at the end.
 """
 
 from __future__ import annotations
@@ -235,3 +235,45 @@ async def describe_producers(ctx: RequestContext, request: Any) -> Step:
         return replace(response, topics=rename_topics(response.topics, ns) + tuple(refusals))
 
     return Forward(replace(request, topics=tuple(forwarded)), finish)
+
+
+async def write_txn_markers(ctx: RequestContext, request: Any) -> Step:
+    """WriteTxnMarkers (27), as ``kafka-transactions.sh abort`` sends it: refused here,
+    never forwarded.
+
+    A Kafka broker takes markers only from a principal with CLUSTER_ACTION (or ALTER)
+    on the cluster, its own brokers, and answers anyone else CLUSTER_AUTHORIZATION_FAILED
+    for every partition of the request (``WriteTxnMarkersRequest.getErrorResponse``).
+    No key has that here, a platform admin's neither: a marker is the brokers' word
+    on a transaction, and a tenant ends its own with ``shoal txn abort`` (a fenced
+    producer, so the coordinator aborts and writes the markers). Answering rather than
+    closing the connection, as Kafka does, lets the tool say why.
+    """
+    api = ctx.api
+    refused = E.cluster_authorization_failed
+    return Answer(
+        api.response(
+            markers=tuple(
+                api.make(
+                    "WritableTxnMarkerResult",
+                    producer_id=marker.producer_id,
+                    topics=tuple(
+                        api.make(
+                            "WritableTxnMarkerTopicResult",
+                            name=topic.name,
+                            partitions=tuple(
+                                api.make(
+                                    "WritableTxnMarkerPartitionResult",
+                                    partition_index=index,
+                                    error_code=refused,
+                                )
+                                for index in topic.partition_indexes
+                            ),
+                        )
+                        for topic in marker.topics
+                    ),
+                )
+                for marker in request.markers
+            )
+        )
+    )

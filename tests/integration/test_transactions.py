@@ -5,7 +5,8 @@ records once and aborted ones never, read_uncommitted sees both, and no marker r
 application; offsets sent with a transaction commit with it; a second producer with the
 same transactional id fences the first; a transaction left open is aborted at its timeout
 and stops holding back read_committed consumers; and through the gateway, two tenants'
-equal transactional ids are two different ids.
+equal transactional ids are two different ids, and a tenant's transactional produce is
+metered and throttled like any produce while the markers the brokers write are not.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from conftest import GatewayCluster, module_gateway_cluster
 from harness import EtcdServer, wait_until
 from replicated import REPLICATED_ENV
+from shoal.tenancy.model import Quotas
+from test_gateway_http_keys_usage import http
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -288,3 +291,62 @@ def test_two_tenants_equal_transactional_ids_do_not_fence_each_other(
     first.commit_transaction(TIMEOUT_S)
     assert read_all(acme.consumer("read_committed"), acme_topic, 1) == ["acme"]
     assert read_all(globex.consumer("read_committed"), globex_topic, 1) == ["globex"]
+
+
+def test_transactional_produce_is_charged_like_any_produce_and_markers_are_not(
+    cluster: GatewayCluster,
+) -> None:
+    """Two tenants send the same records, one record a request: one in transactions
+    (committed and aborted) under a producer quota it goes over, the other with a plain
+    idempotent producer. The gateway charges them the same Produce requests, the
+    transactional ones longer only by the transactional id they carry; the markers the
+    brokers wrote (one per transaction) reach no tenant's usage, and the quota throttles
+    the transactional producer as it would any producer."""
+    metered = cluster.tenant(f"q{uuid.uuid4().hex[:6]}", quotas=Quotas(producer_byte_rate=4000))
+    unmetered = cluster.tenant(f"q{uuid.uuid4().hex[:6]}")
+    txn_route = Route("gateway", metered.librdkafka())
+    plain_route = Route("gateway", unmetered.librdkafka())
+    # Equal lengths: the topic names are in every Produce request the gateway measures.
+    txn_topic, plain_topic = txn_route.create_topic(), plain_route.create_topic()
+    assert len(txn_topic) == len(plain_topic)
+    throttles: list[float] = []
+    transactional_id = f"metered-{uuid.uuid4().hex[:6]}"
+    producer = txn_route.producer(
+        transactional_id, throttle_cb=lambda event: throttles.append(event.throttle_time)
+    )
+    producer.init_transactions(TIMEOUT_S)
+    idempotent = Producer({**plain_route.settings, "enable.idempotence": True})
+    values = [bytes([i]) * 1000 for i in range(8)]
+    for i, value in enumerate(values):
+        producer.begin_transaction()
+        producer.produce(txn_topic, value=value, partition=i % PARTITIONS)
+        assert producer.flush(TIMEOUT_S) == 0  # its own Produce request
+        if i % 2:
+            producer.abort_transaction(TIMEOUT_S)
+        else:
+            producer.commit_transaction(TIMEOUT_S)
+        idempotent.produce(plain_topic, value=value, partition=i % PARTITIONS)
+        assert idempotent.flush(TIMEOUT_S) == 0
+    producer.poll(0)  # serves the last throttle callbacks
+
+    with http(metered) as client:
+        charged = client.get("/v3/usage").json()
+    with http(unmetered) as client:
+        baseline = client.get("/v3/usage").json()
+    assert charged["produce_requests"] == baseline["produce_requests"] == len(values)
+    # The same bytes, but for the transactional id each transactional Produce names: no
+    # marker, no EndTxn or AddPartitionsToTxn is counted as produce.
+    assert charged["bytes_in"] - baseline["bytes_in"] == len(values) * len(transactional_id)
+    assert charged["bytes_in"] > sum(map(len, values))
+    # The markers are there all the same: a record and a marker per transaction.
+    consumer = txn_route.consumer("read_uncommitted")
+    ends = [
+        consumer.get_watermark_offsets(TopicPartition(txn_topic, p), TIMEOUT_S)[1]
+        for p in range(PARTITIONS)
+    ]
+    consumer.close()
+    assert sum(ends) == 2 * len(values)
+    # 8.6 KB at 4 KB/s: throttled, as any producer would be; the other tenant is not.
+    assert charged["throttle_ms"] > 0
+    assert throttles and max(throttles) > 0, throttles
+    assert baseline["throttle_ms"] == 0

@@ -15,6 +15,11 @@ What each client's user checks (test_transactions.py does the same with confluen
 * ``kafka-transactions.sh`` (TransactionsCommand) lists and describes a transaction while
   it is open, and after its commit; through the gateway it shows the tenant's own names,
   and another tenant does not see it;
+* ``kafka-transactions.sh abort --start-offset``, straight against the brokers, ends an
+  open transaction by hand (``describe-producers`` shows where it starts, ``find-hanging
+  --broker-id`` on a follower does not call it hanging, a stale producer epoch is
+  refused) and read_committed consumers read past it; as a tenant, through the gateway,
+  it fails with Kafka's cluster authorization error and ``shoal txn abort`` ends it;
 * TransactionalMessageCopier, Kafka's consume-transform-produce loop on the Java client,
   copies a topic with random aborts, and the copy, read_committed, holds every input
   record exactly once.
@@ -39,14 +44,16 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.structs import TopicPartition as AioTopicPartition
 from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
 from conftest import GatewayCluster, module_gateway_cluster
 from gateway_env import TenantKey
 from harness import EtcdServer
 from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KafkaPythonTopicPartition
 from shoal.benchmarks.apache_kafka import ApacheKafka, default_kafka_home
-from test_java_clients import TROUBLE, clean, plain_settings
+from test_java_clients import TROUBLE, clean, failed, plain_settings
 from test_transactions import PARTITIONS, TIMEOUT_S, TXN_ENV, Route, produce_in_transaction
+from test_txn_cli import properties, shoal_txn
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -191,9 +198,10 @@ class Batches:
         return sorted(self.first + self.aborted + self.last)
 
 
-def end_offsets(reach: Reach, topic: str) -> dict[int, int]:
-    """Each partition's high watermark, as a plain consumer sees it."""
-    consumer = KafkaConsumer(**reach.python_client())
+def end_offsets(reach: Reach, topic: str, isolation: str = "read_uncommitted") -> dict[int, int]:
+    """Each partition's end offset, as a consumer sees it: the high watermark, or
+    read_committed the last stable offset (where an open transaction begins)."""
+    consumer = KafkaConsumer(**reach.python_client(), isolation_level=isolation)
     try:
         partitions = [KafkaPythonTopicPartition(topic, p) for p in range(PARTITIONS)]
         return {tp.partition: offset for tp, offset in consumer.end_offsets(partitions).items()}
@@ -476,6 +484,150 @@ def test_kafka_transactions_lists_and_describes_an_open_transaction(
             java_tool(kafka_tools, TRANSACTIONS, *stranger.java_admin(tmp_path), "list")
         )
         assert transactional_id not in [row["TransactionalId"] for row in theirs], theirs
+
+
+OPEN_FOR_MS = 300_000
+"""A transaction the tests end themselves: its timeout is longer than the test."""
+
+
+def describe_producers(
+    tools: ApacheKafka, admin: list[str], topic: str, partition: int
+) -> list[dict[str, str]]:
+    return tab_table(
+        java_tool(
+            tools, TRANSACTIONS, *admin,
+            "describe-producers", "--topic", topic, "--partition", str(partition),
+        )
+    )  # fmt: skip
+
+
+def java_tool_fails(tools: ApacheKafka, main_class: str, *args: str) -> str:
+    """What a Kafka tool that must fail (exit 1) printed, stdout and stderr."""
+    done = subprocess.run(
+        tools.java_command(main_class, *args),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S * 2,
+    )
+    assert done.returncode == 1, (done.returncode, done.stdout, done.stderr)
+    return failed(done)
+
+
+def test_kafka_transactions_aborts_an_open_transaction_on_the_brokers(
+    cluster: GatewayCluster, kafka_tools: ApacheKafka, tmp_path: Path
+) -> None:
+    """An operator ends a transaction by hand, straight against the brokers (Kafka's
+    Admin.abortTransaction: DescribeProducers, then WriteTxnMarkers to the partition's
+    leader): the last stable offset moves past it and read_committed consumers read on,
+    without its records."""
+    reach = Reach("direct", cluster.internal_bootstrap, None)
+    route = reach.route
+    topic = route.create_topic()
+    plain = Producer(route.settings)
+    for value in (b"before-0", b"before-1"):
+        plain.produce(topic, value=value, partition=1)
+    assert plain.flush(TIMEOUT_S) == 0
+    transactional_id = f"hand-aborted-{uuid.uuid4().hex[:6]}"
+    # A first instance of the id, fenced by the second: the open transaction's producer
+    # epoch is past 0, so an older epoch is one the partition has seen.
+    fenced = route.producer(transactional_id)
+    fenced.init_transactions(TIMEOUT_S)
+    producer = route.producer(transactional_id, **{"transaction.timeout.ms": OPEN_FOR_MS})
+    producer.init_transactions(TIMEOUT_S)
+    producer.begin_transaction()
+    for i in range(3):
+        producer.produce(topic, value=f"open-{i}".encode(), partition=1)
+    assert producer.flush(TIMEOUT_S) == 0
+    plain.produce(topic, value=b"after", partition=1)
+    assert plain.flush(TIMEOUT_S) == 0
+    assert end_offsets(reach, topic)[1] == 6
+    assert end_offsets(reach, topic, "read_committed")[1] == 2, "held at the open transaction"
+
+    admin = reach.java_admin(tmp_path)
+    [row] = [
+        r
+        for r in describe_producers(kafka_tools, admin, topic, 1)
+        if r["CurrentTransactionStartOffset"] != "None"
+    ]
+    assert row["CurrentTransactionStartOffset"] == "2", row
+    epoch = int(row["ProducerEpoch"])
+    assert epoch >= 1, row
+
+    # find-hanging on a replica that is not the leader (DescribeProducers to that broker):
+    # the transaction is open, but its coordinator still has the partition in it, so it
+    # is not hanging.
+    metadata = AdminClient(route.settings).list_topics(topic, timeout=TIMEOUT_S)
+    partition = metadata.topics[topic].partitions[1]
+    follower = next(r for r in partition.replicas if r != partition.leader)
+    hanging = java_tool(
+        kafka_tools, TRANSACTIONS, *admin, "find-hanging",
+        "--broker-id", str(follower), "--topic", topic, "--max-transaction-timeout", "0",
+    )  # fmt: skip
+    assert tab_table(hanging) == [], hanging
+
+    # A marker with an epoch older than the partition's: Kafka's INVALID_PRODUCER_EPOCH,
+    # and nothing is written.
+    stale = java_tool_fails(
+        kafka_tools, TRANSACTIONS, *admin, "abort", "--topic", topic, "--partition", "1",
+        "--producer-id", row["ProducerId"], "--producer-epoch", str(epoch - 1),
+        "--coordinator-epoch", "0",
+    )  # fmt: skip
+    assert "Failed to abort transaction" in stale, stale
+    assert "invalid producer epoch" in stale, stale
+    assert end_offsets(reach, topic)[1] == 6
+
+    java_tool(
+        kafka_tools, TRANSACTIONS, *admin, "abort",
+        "--topic", topic, "--partition", "1", "--start-offset", "2",
+    )  # fmt: skip
+
+    # The abort marker took offset 6; nothing holds read_committed consumers back.
+    ends = end_offsets(reach, topic)
+    assert ends[1] == 7
+    assert end_offsets(reach, topic, "read_committed") == ends
+    read = kafka_python_read(reach, topic, "read_committed", 3)
+    assert sorted(read.values) == ["after", "before-0", "before-1"], "open-* never"
+    assert read.positions == ends
+    producer.abort_transaction(TIMEOUT_S)
+
+
+def test_kafka_transactions_abort_through_the_gateway_is_refused(
+    cluster: GatewayCluster, kafka_tools: ApacheKafka, tmp_path: Path
+) -> None:
+    """Writing markers is the brokers' own business (Kafka: CLUSTER_ACTION on the
+    cluster, which a tenant never has): ``kafka-transactions abort`` as a tenant fails
+    with Kafka's cluster authorization error and changes nothing. ``shoal txn abort``
+    is the tenant's way: it fences the producer and the coordinator aborts."""
+    key = cluster.tenant(f"t{uuid.uuid4().hex[:6]}")
+    reach = Reach("gateway", key.bootstrap(), key)
+    route = reach.route
+    topic = route.create_topic()
+    transactional_id = f"tenant-open-{uuid.uuid4().hex[:6]}"
+    producer = route.producer(transactional_id, **{"transaction.timeout.ms": OPEN_FOR_MS})
+    producer.init_transactions(TIMEOUT_S)
+    producer.begin_transaction()
+    producer.produce(topic, value=b"open", partition=1)
+    assert producer.flush(TIMEOUT_S) == 0
+    plain = Producer(route.settings)
+    plain.produce(topic, value=b"after", partition=1)
+    assert plain.flush(TIMEOUT_S) == 0
+    admin = reach.java_admin(tmp_path)
+    [row] = describe_producers(kafka_tools, admin, topic, 1)
+    assert row["CurrentTransactionStartOffset"] == "0", row
+
+    refused = java_tool_fails(
+        kafka_tools, TRANSACTIONS, *admin, "abort",
+        "--topic", topic, "--partition", "1", "--start-offset", "0",
+    )  # fmt: skip
+    assert "Failed to abort transaction" in refused, refused
+    assert "cluster authorization" in refused, refused
+    assert end_offsets(reach, topic, "read_committed")[1] == 0, "still held back"
+
+    aborted = shoal_txn(properties(route, tmp_path), "abort", transactional_id)
+    assert aborted["state_before"] == "Ongoing"
+    read = kafka_python_read(reach, topic, "read_committed", 1)
+    assert read.values == ["after"]
+    assert read.positions == end_offsets(reach, topic)
 
 
 def test_java_transactional_message_copier_copies_each_record_exactly_once(

@@ -60,7 +60,6 @@ from shoal.tenancy.model import (
 from shoal.wire import (
     ApiSchema,
     ErrorCode,
-    UnknownApiKeyError,
     UnsupportedVersionError,
     decode_request,
     schema,
@@ -1774,32 +1773,42 @@ def test_the_broker_batched_add_partitions_to_txn_is_not_offered_to_clients() ->
         decode_request(frame[4:], offered)
 
 
-def test_write_txn_markers_is_never_offered_nor_accepted_from_a_client() -> None:
-    """Only a transaction coordinator writes markers (Kafka wants CLUSTER_ACTION); a
-    tenant asking for it is refused like any API the gateway does not serve."""
-    offered = offered_versions({27: (0, 1), 26: (0, 3)})
-    assert 27 not in REWRITERS
-    assert 27 not in offered
-    api = schema(27, 1)
+@pytest.mark.parametrize("platform_admin", [False, True])
+async def test_write_txn_markers_is_answered_cluster_authorization_failed(
+    platform_admin: bool,
+) -> None:
+    """Only brokers write markers (Kafka wants CLUSTER_ACTION on the cluster): the gateway
+    offers WriteTxnMarkers, as a Kafka broker does, and answers it itself with Kafka's
+    CLUSTER_AUTHORIZATION_FAILED for every partition, whoever asks; nothing reaches a
+    broker."""
+    offered = offered_versions({26: (0, 3)})
+    assert offered[27] == (1, 2), "offered whatever the brokers say"
+    ctx = context(27, 1, platform_admin=platform_admin)
+    api = ctx.api
     markers = api.request(
         markers=(
             api.make_request(
                 "WritableTxnMarker",
                 producer_id=7,
                 producer_epoch=0,
-                transaction_result=True,
+                transaction_result=False,
                 topics=(
                     api.make_request(
-                        "WritableTxnMarkerTopic", name="acme.orders", partition_indexes=(0,)
+                        "WritableTxnMarkerTopic", name="orders", partition_indexes=(0, 2)
                     ),
                 ),
                 coordinator_epoch=0,
             ),
         )
     )
-    frame = encode_request(api, 1, "tenant", markers)
-    with pytest.raises(UnknownApiKeyError):
-        decode_request(frame[4:], offered)
+    response = answered(api, await REWRITERS[27][1](ctx, markers))
+    [marker] = response.markers
+    [topic] = marker.topics
+    assert (marker.producer_id, topic.name) == (7, "orders")
+    assert [(p.partition_index, p.error_code) for p in topic.partitions] == [
+        (0, ErrorCode.cluster_authorization_failed),
+        (2, ErrorCode.cluster_authorization_failed),
+    ]
 
 
 async def test_add_offsets_and_end_txn_map_the_transactional_id_and_group() -> None:
