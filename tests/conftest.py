@@ -160,7 +160,8 @@ def module_gateway_cluster(
         print(f"\n----- gateway log ({cluster.gateway.log_path}) -----")
         print(cluster.gateway.log_tail())
     _teardown(started, failed)
-    shutil.rmtree(root, ignore_errors=True)
+    if not failed:  # else the logs and data stay for a post-mortem
+        shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
