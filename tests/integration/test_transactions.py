@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from conftest import GatewayCluster, module_gateway_cluster
 from harness import EtcdServer, wait_until
@@ -98,27 +98,36 @@ def route(request: pytest.FixtureRequest, cluster: GatewayCluster) -> Route:
     return ROUTES[request.param](cluster)
 
 
-def read_all(consumer: Consumer, topic: str, expected: int, settle_s: float = 2.0) -> list[str]:
-    """Every value from the start of each partition: until ``expected`` came, then
-    ``settle_s`` more to catch any extra one."""
+def read_messages(
+    consumer: Consumer, topic: str, expected: int, settle_s: float = 2.0
+) -> list[Message]:
+    """Every record from the start of each partition: until ``expected`` came, then
+    ``settle_s`` more to catch any extra one. Closes the consumer."""
     consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
-    values: list[str] = []
+    messages: list[Message] = []
     deadline = time.monotonic() + TIMEOUT_S
     quiet_until: float | None = None
-    while time.monotonic() < deadline:
-        message = consumer.poll(0.2)
-        if message is not None:
-            error = message.error()
-            if error is not None and error.code() != KafkaError._PARTITION_EOF:
-                raise KafkaException(error)
-            if error is None:
-                values.append(message.value().decode())
-        if len(values) >= expected:
-            quiet_until = quiet_until or time.monotonic() + settle_s
-            if time.monotonic() >= quiet_until:
-                break
-    consumer.close()
-    return values
+    try:
+        while time.monotonic() < deadline:
+            message = consumer.poll(0.2)
+            if message is not None:
+                error = message.error()
+                if error is not None and error.code() != KafkaError._PARTITION_EOF:
+                    raise KafkaException(error)
+                if error is None:
+                    messages.append(message)
+            if len(messages) >= expected:
+                quiet_until = quiet_until or time.monotonic() + settle_s
+                if time.monotonic() >= quiet_until:
+                    break
+    finally:
+        consumer.close()
+    return messages
+
+
+def read_all(consumer: Consumer, topic: str, expected: int, settle_s: float = 2.0) -> list[str]:
+    """Every value from the start of each partition (see :func:`read_messages`)."""
+    return [m.value().decode() for m in read_messages(consumer, topic, expected, settle_s)]
 
 
 def produce_in_transaction(producer: Producer, topic: str, values: list[str], commit: bool) -> None:

@@ -46,7 +46,7 @@ from gateway_env import GatewayProcess
 from harness import EtcdServer, wait_until
 from raw_kafka import RawConnection, request_class
 from replicated import Cluster
-from test_transactions import PARTITIONS, TXN_ENV, Route
+from test_transactions import PARTITIONS, TXN_ENV, Route, read_messages
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -291,31 +291,11 @@ def read_output(
     route: Route, topic: str, expected: int, isolation: str = "read_committed"
 ) -> list[tuple[int, str, str]]:
     """(partition, key, value) of every record, until ``expected`` came and 3 s more
-    passed without one."""
-    consumer = route.consumer(isolation)
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
-    records: list[tuple[int, str, str]] = []
-    deadline = time.monotonic() + TIMEOUT_S
-    quiet_until: float | None = None
-    try:
-        while time.monotonic() < deadline:
-            message = consumer.poll(0.2)
-            if message is not None:
-                error = message.error()
-                if error is not None and error.code() != KafkaError._PARTITION_EOF:
-                    raise KafkaException(error)
-                if error is None:
-                    records.append(
-                        (message.partition(), message.key().decode(), message.value().decode())
-                    )
-                    quiet_until = None
-            if len(records) >= expected:
-                quiet_until = quiet_until or time.monotonic() + 3
-                if time.monotonic() >= quiet_until:
-                    break
-    finally:
-        consumer.close()
-    return records
+    passed."""
+    return [
+        (m.partition(), m.key().decode(), m.value().decode())
+        for m in read_messages(route.consumer(isolation), topic, expected, settle_s=3)
+    ]
 
 
 @dataclass
