@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness import BrokerProcess, EtcdServer
+from harness import BrokerProcess, EtcdServer, start_all
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
@@ -37,12 +37,17 @@ BrokerFactory = Callable[..., BrokerProcess]
 def _factory(etcd: EtcdServer, root: Path, started: list[BrokerProcess]) -> BrokerFactory:
     chroot = etcd.chroot_url()
 
-    def start(node_id: int = 0, extra_args: tuple[str, ...] = (), **kwargs: Any) -> BrokerProcess:
+    def start(
+        node_id: int = 0, extra_args: tuple[str, ...] = (), wait: bool = True, **kwargs: Any
+    ) -> BrokerProcess:
+        """A started broker; with ``wait=False`` only launched, and the caller
+        calls ``wait_ready()`` (to start several side by side)."""
         broker = BrokerProcess(
             chroot, root / f"broker-{node_id}", node_id, extra_args=extra_args, **kwargs
         )
         started.append(broker)
-        return broker.start()
+        broker.launch()
+        return broker.wait_ready() if wait else broker
 
     return start
 
@@ -127,13 +132,20 @@ def start_gateway_cluster(
         broker = BrokerProcess(chroot, root / f"broker-{node}", node, env=env)
         started.append(broker)
         processes.append(broker)
-    for broker in processes:
-        broker.start()
+    start_all(processes)
     upstream = ",".join(b.bootstrap for b in processes)
     gateway = GatewayProcess(
         chroot, upstream, root, tls=TlsFiles.make(root / "tls"), env=gateway_env, brokers=brokers
     )
-    gateway.start()
+    try:
+        gateway.start()
+    except BaseException:
+        # The caller never gets these processes to stop.
+        if gateway.running:
+            gateway.stop()
+        for broker in processes:
+            broker.kill()
+        raise
     return GatewayCluster(chroot, processes, gateway, root), started
 
 

@@ -146,6 +146,7 @@ class BrokerProcess:
         self.env = env or {}
         self.log_path = data_dir.parent / f"{data_dir.name}.log"
         self.process: subprocess.Popen[bytes] | None = None
+        self._ready_offset = 0
 
     @property
     def bootstrap(self) -> str:
@@ -165,7 +166,19 @@ class BrokerProcess:
         ]
 
     def start(self, timeout: float = 60) -> BrokerProcess:
-        offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        """Launch the process and wait until it is ready (also a restart after kill or stop)."""
+        self.launch()
+        return self.wait_ready(timeout)
+
+    def launch(self) -> BrokerProcess:
+        """Spawn the process without waiting; :meth:`wait_ready` waits.
+
+        Apart, so that a cluster's brokers import and start side by side (about
+        two seconds of CPU each) rather than one after another: see :func:`start_all`.
+        """
+        # Readiness is looked for only after this point: an earlier run's
+        # broker_ready line in the same log must not count.
+        self._ready_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         env = {
             **os.environ,
             "PYTHONUNBUFFERED": "1",
@@ -175,6 +188,11 @@ class BrokerProcess:
         }
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(self.command(), stdout=log, stderr=log, env=env)
+        return self
+
+    def wait_ready(self, timeout: float = 60) -> BrokerProcess:
+        """Wait for the broker_ready line the last :meth:`launch` logs."""
+        offset = self._ready_offset
         wait_until(lambda: self._ready(offset), timeout, f"broker {self.node_id} to be ready")
         return self
 
@@ -219,3 +237,24 @@ class BrokerProcess:
     @property
     def running(self) -> bool:
         return self.process is not None and self.process.poll() is None
+
+
+def start_all(brokers: Sequence[BrokerProcess], timeout: float = 60) -> list[BrokerProcess]:
+    """Launch every broker, then wait for each: a cluster starts in the time of its
+    slowest broker, not the sum of them. Brokers do not wait for each other to
+    become ready (each registers in etcd on its own), so the order is free.
+
+    If one never becomes ready, all are killed before the error propagates, so no
+    process outlives a fixture that never got them.
+    """
+    try:
+        for broker in brokers:
+            broker.launch()
+        for broker in brokers:
+            broker.wait_ready(timeout)
+    except BaseException:
+        for broker in brokers:
+            if broker.running:
+                broker.kill()
+        raise
+    return list(brokers)

@@ -163,4 +163,7 @@ def random_victim(views: dict[int, PartitionView], rng: random.Random) -> tuple[
 
 
 def start_cluster(factory: Callable[..., BrokerProcess], size: int = 3) -> Cluster:
-    return Cluster([factory(node_id=i, env=dict(REPLICATED_ENV)) for i in range(size)])
+    """``size`` brokers from a ``broker_factory``, launched together and then waited
+    for, so the cluster starts in about the time of one broker."""
+    launched = [factory(node_id=i, env=dict(REPLICATED_ENV), wait=False) for i in range(size)]
+    return Cluster([broker.wait_ready() for broker in launched])
