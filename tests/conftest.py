@@ -6,6 +6,7 @@ topics. When a test fails, the tail of each broker's log is printed.
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -21,6 +22,28 @@ def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Any:
     report = yield
     setattr(item, f"report_{report.when}", report)
     return report
+
+
+WITHOUT_HYPOTHESIS = Path(__file__).parent / "without_hypothesis"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def children_without_hypothesis() -> Iterator[None]:
+    """Every Python process a test starts (and inherits our environment) imports
+    no Hypothesis: see ``without_hypothesis/hypothesis/__init__.py``.
+
+    A fixture, not a hook at configure time: under pytest-xdist fixtures run
+    only in the workers, which are already started and keep their Hypothesis
+    for the property tests; the controller, which starts the workers, never
+    changes its environment.
+    """
+    saved = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(WITHOUT_HYPOTHESIS), saved]))
+    yield
+    if saved is None:
+        del os.environ["PYTHONPATH"]
+    else:
+        os.environ["PYTHONPATH"] = saved
 
 
 @pytest.fixture(scope="session")
