@@ -48,6 +48,8 @@ from shoal.benchmarks.common import (
 )
 
 from shoal.cli import loadgen
+from shoal.cli.wire_admin import WireAdmin, WireAdminError
+from shoal.wire import ErrorCode
 
 SHOAL_BROKERS = 3
 MIN_INSYNC_REPLICAS = 2
@@ -169,14 +171,20 @@ def wait_for_topic(client: Mapping[str, Any], topic: str, timeout_s: float = 30.
     deadline = time.monotonic() + timeout_s
     for address in str(client["bootstrap.servers"]).split(","):
         while True:
-            # A client of its own per check: its first request goes to ``address``.
-            admin = AdminClient({**client, "bootstrap.servers": address})
-            described = admin.list_topics(topic, timeout=5).topics.get(topic)
+            # Our own Metadata request, sent to ``address`` itself: librdkafka's
+            # admin client may ask any broker it has learned of, which let a broker
+            # that did not know the topic yet slip through.
+            try:
+                with WireAdmin({**client, "bootstrap.servers": address}, timeout_s=5) as admin:
+                    answer = admin.metadata([topic])
+                described = next((t for t in answer.topics if t.name == topic), None)
+            except (WireAdminError, OSError):
+                described = None
             if (
                 described is not None
-                and described.error is None
+                and described.error_code == ErrorCode.none
                 and described.partitions
-                and all(p.leader >= 0 for p in described.partitions.values())
+                and all(p.leader_id >= 0 for p in described.partitions)
             ):
                 break
             if time.monotonic() > deadline:
