@@ -119,12 +119,13 @@ def flush_or_raise(producer: Producer, failures: list[str], started: float) -> f
     return elapsed
 
 
-def measure_limits(directory: Path) -> dict[str, float]:
+def measure_limits(directory: Path, mb: int = 1024) -> dict[str, float]:
+    """The machine's ceilings (``shared/tools/limits``), ``mb`` MiB per disk test."""
     if not LIMITS.exists():
         print(f"note: {LIMITS} not found; figures are printed without ratios", file=sys.stderr)
         return {}
     output = subprocess.run(
-        [sys.executable, str(LIMITS), "--dir", str(directory), "--mb", "1024"],
+        [sys.executable, str(LIMITS), "--dir", str(directory), "--mb", str(mb)],
         capture_output=True,
         text=True,
         check=True,

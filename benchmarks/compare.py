@@ -92,7 +92,7 @@ def main() -> None:
         sizes = dataclasses.replace(sizes, runs=args.runs)
     try:
         say("measuring the machine")
-        machine = {**measure_limits(root), **loopback_round_trip()}
+        machine = {**measure_limits(root, sizes.limits_mb), **loopback_round_trip()}
         systems: dict[str, dict[str, Any]] = {}
         described: dict[str, dict[str, Any]] = {}
         for name in args.systems:

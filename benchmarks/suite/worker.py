@@ -17,9 +17,10 @@ import asyncio
 import json
 import resource
 import time
+from collections.abc import Callable
+from functools import partial
+from types import ModuleType
 from typing import Any
-
-from shoal.benchmarks.suite import http_client, nats_client, redis_client
 
 from shoal.cli import loadgen
 
@@ -60,8 +61,7 @@ def _kafka(spec: dict[str, Any], records: int) -> loadgen.Throughput:
     raise ValueError(spec["role"])
 
 
-def _peer(spec: dict[str, Any], records: int) -> loadgen.Throughput:
-    client: Any = nats_client if spec["target"]["kind"] == "nats" else redis_client
+def _peer(client: Any, spec: dict[str, Any], records: int) -> loadgen.Throughput:
     connection = spec["target"]["connection"]
     topic, size = spec["topic"], spec["size"]
     match spec["role"]:
@@ -93,7 +93,7 @@ def _ready() -> None:
     _marks["ready_at"] = time.time()
 
 
-def _http(spec: dict[str, Any], records: int) -> loadgen.Throughput:
+def _http(http_client: ModuleType, spec: dict[str, Any], records: int) -> loadgen.Throughput:
     run = http_client.produce(
         spec["target"]["connection"], spec["topic"], records, spec["size"], spec.get("warmup", 0)
     )
@@ -101,11 +101,32 @@ def _http(spec: dict[str, Any], records: int) -> loadgen.Throughput:
     return result
 
 
-def run(spec: dict[str, Any]) -> dict[str, Any]:
+def _runner(spec: dict[str, Any]) -> Callable[[dict[str, Any], int], loadgen.Throughput]:
+    """What runs the role, with its client imported.
+
+    A peer's client (nats, redis, httpx) is imported by the workers that use it
+    only: the three were most of every worker's start-up, about a second of
+    CPU, and a workload starts up to ten workers at once on the machine it
+    measures. :func:`run` calls this before its measured run, which the
+    imports stay out of.
+    """
     if spec["role"].startswith("http-"):
-        do = _http
-    else:
-        do = _kafka if spec["target"]["kind"] == "kafka" else _peer
+        from shoal.benchmarks.suite import http_client
+
+        return partial(_http, http_client)
+    if spec["target"]["kind"] == "kafka":
+        return _kafka
+    if spec["target"]["kind"] == "nats":
+        from shoal.benchmarks.suite import nats_client
+
+        return partial(_peer, nats_client)
+    from shoal.benchmarks.suite import redis_client
+
+    return partial(_peer, redis_client)
+
+
+def run(spec: dict[str, Any]) -> dict[str, Any]:
+    do = _runner(spec)
     start_at = spec.get("start_at")
     if start_at is not None:
         time.sleep(max(0.0, start_at - time.time()))

@@ -8,7 +8,8 @@ ran, the cost side of the comparison.
 1. ``produce``: one producer, flat out, after a warm-up; ``runs`` times,
    medians.
 2. ``latency``: one producer at half of (1)'s median records/s for
-   :attr:`Sizes.latency_s` seconds after a one-second warm-up, and a reader
+   :attr:`Sizes.latency_s` seconds after a :attr:`Sizes.latency_warmup_s`
+   (one-second) warm-up, and a reader
    in another process from the topic's end; produce-to-consume latency
    percentiles (the stamps are CLOCK_MONOTONIC, one clock for the machine).
    Then the same at :data:`COMMON_RATE` for :attr:`Sizes.common_latency_s`.
@@ -53,7 +54,7 @@ WORKER_TIMEOUT_S = 600.0
 FILL_PRODUCERS = 2
 """Producers that fill the backlog together: one Python client is the bound for some peers."""
 WORKER_WARMUP = 2000
-"""Warm-up records of each producer in the multi-process workloads (4 and 5)."""
+"""Warm-up records of each producer in the multi-process workloads (4 and 5), unscaled."""
 
 
 @dataclass(frozen=True)
@@ -75,8 +76,22 @@ class Sizes:
     warm_up_s: float = 30.0
     """Untimed load a Kafka-protocol system gets before its first target is measured
     (:func:`~shoal.benchmarks.suite.systems.warm_up`)."""
+    latency_warmup_s: float = 1.0
+    """Seconds of unmeasured records the latency producer sends first, at its rate."""
+    worker_warmup: int = WORKER_WARMUP
+    limits_mb: int = 1024
+    """MiB of each disk test of the machine's limits (``shared/tools/limits --mb``)."""
 
     def scaled(self, factor: float) -> Sizes:
+        """Every size times ``factor``, above a floor each.
+
+        The floors are what a quick run (0.05) still needs to be a run: a
+        thousand records, a second of latency samples (5,000 records at
+        :data:`COMMON_RATE`), half a second of the latency producer's
+        warm-up, 64 MiB per disk test. Waits for processes (worker start,
+        group joins) are no sizes: they stay as they are.
+        """
+
         def n(value: int) -> int:
             return max(1000, int(value * factor))
 
@@ -84,8 +99,8 @@ class Sizes:
             produce_records=n(self.produce_records),
             warmup_records=n(self.warmup_records),
             runs=self.runs,
-            latency_s=max(2.0, self.latency_s * factor),
-            common_latency_s=max(2.0, self.common_latency_s * factor),
+            latency_s=max(1.0, self.latency_s * factor),
+            common_latency_s=max(1.0, self.common_latency_s * factor),
             backlog_bytes=max(RECORD_SIZE * 1000, int(self.backlog_bytes * factor)),
             fanout_records=n(self.fanout_records),
             partitions=self.partitions,
@@ -94,6 +109,9 @@ class Sizes:
             http_records=n(self.http_records),
             http_warmup_records=n(self.http_warmup_records),
             warm_up_s=max(2.0, self.warm_up_s * factor),
+            latency_warmup_s=max(0.5, self.latency_warmup_s * factor),
+            worker_warmup=n(self.worker_warmup),
+            limits_mb=max(64, int(self.limits_mb * factor)),
         )
 
 
@@ -258,13 +276,13 @@ def latency(
     target: Target, sizes: Sizes, max_records_per_s: float, progress: Callable[[str], None]
 ) -> dict[str, Any]:
     """(2) at half of this system's maximum, and at :data:`COMMON_RATE` for every system."""
-    half = _latency_at(target, max_records_per_s / 2, sizes.latency_s, progress)
-    common = _latency_at(target, COMMON_RATE, sizes.common_latency_s, progress)
+    half = _latency_at(target, max_records_per_s / 2, sizes.latency_s, sizes, progress)
+    common = _latency_at(target, COMMON_RATE, sizes.common_latency_s, sizes, progress)
     return {**half, **{f"common_{key}": value for key, value in common.items()}}
 
 
 def _latency_at(
-    target: Target, rate: float, seconds: float, progress: Callable[[str], None]
+    target: Target, rate: float, seconds: float, sizes: Sizes, progress: Callable[[str], None]
 ) -> dict[str, Any]:
     topic = create_topic(target, "latency", 1)
     progress(f"latency at {rate:,.0f} records/s")
@@ -273,7 +291,7 @@ def _latency_at(
     reader = _spec(target, "read-latencies", topic, records, run_id=run_id)
     producer = _spec(
         target, "produce", topic, records, rate=rate, run_id=run_id,
-        warmup=int(rate), start_at=time.time() + START_DELAY_S,
+        warmup=int(rate * sizes.latency_warmup_s), start_at=time.time() + START_DELAY_S,
     )  # fmt: skip
     with ServerCpu(target) as cpu:
         read, wrote = _workers([reader, producer])
@@ -325,7 +343,7 @@ def fanout(target: Target, sizes: Sizes, progress: Callable[[str], None]) -> dic
     records = sizes.fanout_records
     progress("fan-out: 3 groups join, 1 producer writes")
     now = time.time()
-    warmup = WORKER_WARMUP
+    warmup = sizes.worker_warmup
     groups = [
         _spec(target, "consume", topic, warmup + records, group=f"g{g}-{topic}", start_at=now)
         for g in range(3)
@@ -355,7 +373,7 @@ def partitions(target: Target, sizes: Sizes, progress: Callable[[str], None]) ->
         start_at = time.time() + START_DELAY_S
         spec = _spec(
             target, "produce", topic, each, partitions=sizes.partitions, spread=True,
-            start_at=start_at, warmup=WORKER_WARMUP,
+            start_at=start_at, warmup=sizes.worker_warmup,
         )  # fmt: skip
         with ServerCpu(target) as cpu:
             reports = _workers([spec] * sizes.producers)
