@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from harness import BrokerProcess, EtcdServer, wait_until
+from harness import BrokerProcess, EtcdServer, start_all, wait_until
 from kafka_clients import confluent_consume
 from replicated import REPLICATED_ENV, Cluster, SteadyProducer
 from shoal.operator.kafka_admin import ClusterAdmin
@@ -34,8 +34,7 @@ def cluster(
     brokers = [
         BrokerProcess(chroot, root / f"broker-{n}", n, env=dict(REPLICATED_ENV)) for n in range(3)
     ]
-    for broker in brokers:
-        broker.start()
+    start_all(brokers)
     yield Cluster(brokers)
     failed = any(
         getattr(item, "report_call", None) is not None and item.report_call.failed

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
-from harness import BrokerProcess, EtcdServer, wait_until
+from harness import BrokerProcess, EtcdServer, start_all, wait_until
 from kio.schema.errors import ErrorCode
 from raw_kafka import RawConnection, request_class
 from replicated import REPLICATED_ENV, Cluster
@@ -44,8 +44,7 @@ def cluster(etcd: EtcdServer, tmp_path_factory: pytest.TempPathFactory) -> Itera
     chroot = etcd.chroot_url()  # a fresh cluster's namespace in the shared etcd
     brokers = [BrokerProcess(chroot, root / f"broker-{i}", i, env=dict(ENV)) for i in range(3)]
     try:
-        for broker in brokers:
-            broker.start()
+        start_all(brokers)
         cluster = Cluster(brokers)
         wait_until(
             lambda: len(cluster.admin().list_topics(timeout=10).brokers) == 3,
