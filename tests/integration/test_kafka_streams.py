@@ -38,10 +38,10 @@ import struct
 import subprocess
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -172,7 +172,22 @@ class App:
                 self.process.wait()
 
 
-def start_app(kafka_home: Path, key: TenantKey, directory: Path, app_id: str) -> App:
+AT_LEAST_ONCE: Final = {
+    "processing.guarantee": "at_least_once",
+    "commit.interval.ms": "500",
+    "repartition.purge.interval.ms": "500",
+}
+
+
+def start_app(
+    kafka_home: Path,
+    key: TenantKey,
+    directory: Path,
+    app_id: str,
+    guarantee: Mapping[str, str] = AT_LEAST_ONCE,
+) -> App:
+    """The demo as the tenant ``key``, its state in ``directory``; ``guarantee`` holds the
+    processing guarantee and the settings that go with it."""
     directory.mkdir(parents=True, exist_ok=True)
     settings = {
         "application.id": app_id,
@@ -183,12 +198,10 @@ def start_app(kafka_home: Path, key: TenantKey, directory: Path, app_id: str) ->
             "org.apache.kafka.common.security.plain.PlainLoginModule required "
             f'username="{key.key_id}" password="{key.secret}";'
         ),
-        "processing.guarantee": "at_least_once",
         "state.dir": str(directory / "state"),
         "num.stream.threads": "1",
         "replication.factor": "3",
-        "commit.interval.ms": "500",
-        "repartition.purge.interval.ms": "500",
+        **guarantee,
         # The demo sets these only if absent; written here so that the test reads whole.
         "auto.offset.reset": "earliest",
         "statestore.cache.max.bytes": "0",

@@ -43,20 +43,19 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from conftest import EtcdServer, GatewayCluster, module_gateway_cluster
 from gateway_env import TenantKey
 from harness import wait_until
-from shoal.benchmarks.apache_kafka import ApacheKafka, default_kafka_home
+from shoal.benchmarks.apache_kafka import default_kafka_home
 from shoal.tenancy.model import AclBinding, Operation, PatternType, ResourceType
 from test_kafka_streams import (
     INPUT,
-    LOG4J2,
     OUTPUT,
     PARTITIONS,
     REPO,
     TENANT,
-    WORD_COUNT,
     App,
     counts,
     internal_topics,
     produce,
+    start_app,
     streams_bindings,
 )
 from test_transactions import TXN_ENV
@@ -96,41 +95,17 @@ def eos_bindings(app_id: str) -> list[AclBinding]:
     return streams_bindings(app_id, describe_cluster=False) + transactional_ids
 
 
+EXACTLY_ONCE_V2 = {
+    "processing.guarantee": "exactly_once_v2",
+    "commit.interval.ms": str(COMMIT_INTERVAL_MS),
+    "producer.transaction.timeout.ms": str(TRANSACTION_TIMEOUT_MS),
+    "consumer.session.timeout.ms": str(SESSION_TIMEOUT_MS),
+}
+
+
 def start_eos_app(kafka_home: Path, key: TenantKey, directory: Path) -> App:
     """The demo with exactly-once v2; ``directory`` holds its state (and process id)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    settings = {
-        "application.id": APP_ID,
-        "bootstrap.servers": key.bootstrap(),
-        "security.protocol": "SASL_PLAINTEXT",
-        "sasl.mechanism": "PLAIN",
-        "sasl.jaas.config": (
-            "org.apache.kafka.common.security.plain.PlainLoginModule required "
-            f'username="{key.key_id}" password="{key.secret}";'
-        ),
-        "processing.guarantee": "exactly_once_v2",
-        "state.dir": str(directory / "state"),
-        "num.stream.threads": "1",
-        "replication.factor": "3",
-        "commit.interval.ms": str(COMMIT_INTERVAL_MS),
-        "producer.transaction.timeout.ms": str(TRANSACTION_TIMEOUT_MS),
-        "consumer.session.timeout.ms": str(SESSION_TIMEOUT_MS),
-        "auto.offset.reset": "earliest",
-        "statestore.cache.max.bytes": "0",
-    }
-    config = directory / "streams.properties"
-    config.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
-    log, err = directory / "streams.log", directory / "streams.err"
-    log4j = directory / "log4j2.properties"
-    log4j.write_text(LOG4J2.format(log=log))
-    command = ApacheKafka(directory / "kafka-tools", kafka_home).java_command(
-        WORD_COUNT, str(config)
-    )
-    at = command.index("-cp")
-    command[at:at] = ["-Xmx384m", f"-Dlog4j2.configurationFile={log4j}"]
-    with open(directory / "streams.out", "wb") as stdout, open(err, "wb") as stderr:
-        process = subprocess.Popen(command, stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL)
-    return App(process, log, err)
+    return start_app(kafka_home, key, directory, APP_ID, EXACTLY_ONCE_V2)
 
 
 def kill(app: App) -> None:
