@@ -102,11 +102,15 @@ class EtcdMetadataStore:
 
     async def close(self) -> None:
         self._closed.set()
+        await self._stop_keepalive()
+        await self._client.close()
+
+    async def _stop_keepalive(self) -> None:
         if self._keepalive is not None:
             self._keepalive.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._keepalive
-        await self._client.close()
+            self._keepalive = None
 
     async def _call(self, coro: Any) -> Any:
         try:
@@ -175,6 +179,8 @@ class EtcdMetadataStore:
                 log.warning("event=broker_lease_refresh_failed error=%s", exc)
 
     async def deregister_broker(self) -> None:
+        # The keep-alive stops first: a refresh after the revoke would find no lease.
+        await self._stop_keepalive()
         if self._lease is not None:
             with contextlib.suppress(aetcd.exceptions.ClientError):
                 await self._lease.revoke()
