@@ -68,11 +68,10 @@ class GatewayConfig(BaseSettings):
     membership_ttl_s: int = Field(
         5, ge=2, description="Lease of this gateway's registration (how fast a gone one is seen)."
     )
-    quota_window_num: int = Field(
-        11, ge=2, description="Samples in a quota rate (quota.window.num)."
-    )
     quota_window_size_s: float = Field(
-        1.0, gt=0, description="Length of one quota sample (quota.window.size.seconds)."
+        1.0,
+        gt=0,
+        description="Seconds of its quota a quiet tenant may burst (quota.window.size.seconds).",
     )
     socket_request_max_bytes: int = Field(
         104857600, ge=1024, description="Largest request accepted (socket.request.max.bytes)."

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from opentelemetry.sdk.trace import TracerProvider
+from shoal.gateway.admission import Admission
 from shoal.gateway.apis import GATEWAY_ONLY, REWRITERS
 from shoal.gateway.cluster_view import ClusterView
 from shoal.gateway.config import GatewayConfig
@@ -128,7 +129,8 @@ class GatewayServices:
     config: GatewayConfig
     tenancy: TenancyView
     cluster: ClusterView
-    quotas: QuotaManager
+    admission: Admission
+    """Every tenant's byte budgets, and the waits in front of its produce and fetch requests."""
     membership: GatewayMembership
     quota_store: StoreQuotas
     versions: dict[int, tuple[int, int]] = field(default_factory=dict)
@@ -192,11 +194,7 @@ class Gateway:
                 config=config,
                 tenancy=tenancy,
                 cluster=cluster,
-                quotas=QuotaManager(
-                    QuotaConfig(
-                        samples=config.quota_window_num, window_s=config.quota_window_size_s
-                    )
-                ),
+                admission=Admission(QuotaManager(QuotaConfig(window_s=config.quota_window_size_s))),
                 membership=membership,
                 quota_store=StoreQuotas(tenancy),
                 tracing=self.tracing,

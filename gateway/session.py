@@ -23,10 +23,13 @@ same principal, as Kafka requires; the new token's expiry becomes the
 session's. A connection whose session has ended is closed at its next
 request other than a re-authentication, as Kafka closes it.
 
-Quotas: a produce request's bytes are counted on arrival and a fetch
-response's on its way back; the answer carries the larger of the broker's
-and the gateway's ``throttle_time_ms``, and the connection is not read again
-until the gateway's throttle has passed (KIP-219).
+Quotas: a produce or fetch request waits, before it is forwarded, until its
+tenant's budget lets it through (:mod:`shoal.gateway.admission`; the budget is
+the tenant's, shared by all its connections). A produce is charged its size
+then, a fetch reserves what it may ask for and is charged its answer's size on
+the way back. The answer carries the larger of the broker's and the gateway's
+``throttle_time_ms``, and the connection is not read again until the
+gateway's throttle has passed (KIP-219).
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ from shoal.gateway.apis import (
 from shoal.gateway.apis.base import Answer, RefusedRequestError, RequestContext
 from shoal.gateway.cluster_view import BrokerAddress
 from shoal.gateway.http.auth import TokenError
+from shoal.gateway.quotas import FetchTicket
 from shoal.gateway.sasl import (
     MECHANISMS,
     OAUTHBEARER,
@@ -122,7 +126,7 @@ class _Pending:
     api: ApiSchema
     finish: Callable[[Any], Any]
     tenant: str
-    consume_limit: float | None
+    fetch_ticket: FetchTicket | None
     trace: RequestTrace | None = None
 
 
@@ -457,29 +461,32 @@ class ClientSession:
         gateways = services.membership.count
         now = time.monotonic()
         throttle_ms = 0
-        produce_limit = _share(access.quotas.producer_byte_rate, gateways)
-        consume_limit = _share(access.quotas.consumer_byte_rate, gateways)
+        ticket: FetchTicket | None = None
         if header.api_key == PRODUCE:
-            throttle_ms = services.quotas.record_produce(
-                access.tenant, len(frame), produce_limit, now
-            )
+            limit = _share(access.quotas.producer_byte_rate, gateways)
+            throttle_ms = await services.admission.produce(access.tenant, len(frame), limit)
             services.usage.produced(access.tenant, len(frame), throttle_ms)
             self._mute(throttle_ms)
+        elif header.api_key == FETCH:
+            limit = _share(access.quotas.consumer_byte_rate, gateways)
+            ticket = await services.admission.fetch(access.tenant, limit)
         ctx = RequestContext(
             access=access,
             api=api,
             lookups=self.listener.lookups,
             quota_store=services.quota_store,
-            fetch_cap=services.quotas.fetch_cap(consume_limit),
+            fetch_cap=None if ticket is None else ticket.reserved,
         )
         _, rewrite = REWRITERS[header.api_key]
         try:
             step = await rewrite(ctx, body)
         except RefusedRequestError as exc:
+            services.admission.fetched(ticket, 0)
             if trace is not None:
                 trace.abandon(str(exc))
             raise
         if isinstance(step, Answer):
+            services.admission.fetched(ticket, 0)
             if trace is not None:
                 trace.end(step.response)
             services.metrics.answered(access.tenant, api, now, step.response)
@@ -497,9 +504,7 @@ class ClientSession:
             slot: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
             if throttle_ms:
                 finish = _then_throttle(finish, throttle_ms)
-            self._pending.append(
-                _Pending(slot, header, api, finish, access.tenant, consume_limit, trace)
-            )
+            self._pending.append(_Pending(slot, header, api, finish, access.tenant, ticket, trace))
             await self._slots.put(slot)
         await upstream.drain()
 
@@ -543,9 +548,7 @@ class ClientSession:
                     pending.trace.answered(body)
                 body = pending.finish(body)
                 if pending.header.api_key == FETCH:
-                    throttle_ms = self.services.quotas.record_fetch(
-                        pending.tenant, len(frame), pending.consume_limit, time.monotonic()
-                    )
+                    throttle_ms = self.services.admission.fetched(pending.fetch_ticket, len(frame))
                     self.services.usage.fetched(pending.tenant, len(frame), throttle_ms)
                     self._mute(throttle_ms)
                     body = _throttled(body, throttle_ms)

@@ -43,6 +43,7 @@ overlap up to the pool size per broker.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -230,10 +231,17 @@ class TenantClient:
 
     # -- the one way to a broker ---------------------------------------------------
 
-    async def send(self, api: tuple[int, int], node_id: int | None, **fields: Any) -> Any:
+    async def send(
+        self,
+        api: tuple[int, int],
+        node_id: int | None,
+        fetch_cap: int | None = None,
+        **fields: Any,
+    ) -> Any:
         """Rewrite a request as the Kafka door would, forward it, map the answer back.
 
-        ``node_id`` None sends it to any broker.
+        ``node_id`` None sends it to any broker; ``fetch_cap`` bounds a fetch
+        by its quota reservation.
         """
         api_key, version = api
         entity = schema(api_key, version)
@@ -242,7 +250,7 @@ class TenantClient:
             api=entity,
             lookups=self._lookups,
             quota_store=self.services.quota_store,
-            fetch_cap=self.services.quotas.fetch_cap(self._consume_limit()),
+            fetch_cap=fetch_cap,
         )
         _, rewrite = REWRITERS[api_key]
         step = await rewrite(ctx, entity.request(**fields))
@@ -436,8 +444,12 @@ class TenantClient:
 
         Partitions whose leader moved are retried once with fresh metadata.
         """
+        quotas = self.services.admission.quotas
         limit = _share(self.access.quotas.producer_byte_rate, self.services.membership.count)
-        self._admit(self.services.quotas.record_produce, limit)
+        nbytes = sum(len(batch) for batch in batches.values())
+        now = time.monotonic()
+        _refuse_for(quotas.produce_wait_s(self.access.tenant, nbytes, limit, now))
+        throttle_ms = quotas.charge_produce(self.access.tenant, nbytes, limit, now)
         results: dict[int, PartitionProduced] = {}
         pending = dict(batches)
         for attempt in range(2):
@@ -461,10 +473,6 @@ class TenantClient:
             }
             if not pending:
                 break
-        nbytes = sum(len(batch) for batch in batches.values())
-        throttle_ms = self.services.quotas.record_produce(
-            self.access.tenant, nbytes, limit, time.monotonic()
-        )
         self.services.usage.produced(self.access.tenant, nbytes, throttle_ms)
         await _wait_out(throttle_ms)
         return results
@@ -557,8 +565,27 @@ class TenantClient:
 
     async def fetch(self, topic: str, partition: int, offset: int, max_bytes: int) -> Any:
         """One partition's Fetch answer (records as the broker stored them), from its leader."""
+        quotas = self.services.admission.quotas
         limit = _share(self.access.quotas.consumer_byte_rate, self.services.membership.count)
-        self._admit(self.services.quotas.record_fetch, limit)
+        now = time.monotonic()
+        _refuse_for(quotas.fetch_wait_s(self.access.tenant, limit, now))
+        ticket = quotas.fetch_admission(self.access.tenant, limit, now)
+        try:
+            data = await self._fetch_from_leader(
+                topic, partition, offset, max_bytes, None if ticket is None else ticket.reserved
+            )
+        except BaseException:
+            self.services.admission.fetched(ticket, 0)
+            raise
+        nbytes = len(data.records or b"")
+        throttle_ms = self.services.admission.fetched(ticket, nbytes)
+        self.services.usage.fetched(self.access.tenant, nbytes, throttle_ms)
+        await _wait_out(throttle_ms)
+        return data
+
+    async def _fetch_from_leader(
+        self, topic: str, partition: int, offset: int, max_bytes: int, cap: int | None
+    ) -> Any:
         layout_ = await self.topic(topic)
         leader = layout_.leaders.get(partition)
         if leader is None:
@@ -567,6 +594,7 @@ class TenantClient:
         response = await self.send(
             FETCH,
             leader,
+            fetch_cap=cap,
             cluster_id=None,
             replica_id=-1,
             max_wait=timedelta(0),
@@ -598,24 +626,7 @@ class TenantClient:
         data = response.responses[0].partitions[0]
         if data.error_code != KafkaCode.none:
             raise KafkaCallError(data.error_code)
-        nbytes = len(data.records or b"")
-        throttle_ms = self.services.quotas.record_fetch(
-            self.access.tenant, nbytes, limit, time.monotonic()
-        )
-        self.services.usage.fetched(self.access.tenant, nbytes, throttle_ms)
-        await _wait_out(throttle_ms)
         return data
-
-    def _admit(self, record: Any, limit: float | None) -> None:
-        """Refuse a request from a tenant that is over its rate right now (0 bytes counted)."""
-        if limit is None:
-            return
-        owed_ms = int(record(self.access.tenant, 0, limit, time.monotonic()))
-        if owed_ms > 0:
-            raise QuotaExceededError(owed_ms)
-
-    def _consume_limit(self) -> float | None:
-        return _share(self.access.quotas.consumer_byte_rate, self.services.membership.count)
 
     # -- groups ------------------------------------------------------------------
 
@@ -688,6 +699,13 @@ def _only(results: Iterable[Any], name: str, name_field: str = "name") -> Any:
                 )
             return result
     raise KafkaCallError(KafkaCode.unknown_server_error, f"the broker did not answer for {name!r}")
+
+
+def _refuse_for(wait_s: float) -> None:
+    """HTTP clients are told to come back (429, Retry-After) rather than held while their
+    tenant's budget refills: a held HTTP request would tie up a connection and a worker."""
+    if wait_s > 0:
+        raise QuotaExceededError(math.ceil(wait_s * 1000))
 
 
 async def _wait_out(throttle_ms: int) -> None:

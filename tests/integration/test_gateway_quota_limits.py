@@ -33,6 +33,8 @@ on), so what holds A back is the gateway not reading from A's connections.
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import os
 import shutil
 import threading
@@ -42,6 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+import httpx
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -353,3 +356,130 @@ def test_a_consumer_at_its_quota_is_held_there_and_others_are_not_slowed(
         assert not consumer.errors, consumer.errors[:3]
     assert not consumer_a.reached_end, "A read its whole backlog: the measurement ran dry"
     figures.check(cluster.gateway.log_path)
+
+
+# -- one budget per tenant, however many connections -------------------------------
+
+FLOOD_QUOTA = 1_000_000
+FLOOD_MEASURE_S = 30.0
+FLOOD_WARM_UP_S = 5.0
+FLOOD_MOST = 1.1
+"""The issue's bound: stored bytes over 30 s at most 1.1 times the quota. The
+gateway's own bound is the quota plus two windows (two seconds) over any span."""
+FLOOD_LEAST = 0.8
+"""And the tenant does get its quota, less record and batch overheads counted
+against it and what the last requests still owe."""
+FLOOD_PARTITIONS = 6
+
+
+class ConnectionFlood(threading.Thread):
+    """``producers`` confluent-kafka producers of one tenant (each with its own
+    connections), all flat out with librdkafka's default batching, and ``http``
+    HTTP clients posting records as fast as the gateway answers them."""
+
+    def __init__(self, key: TenantKey, topic: str, producers: int, http: int = 0) -> None:
+        super().__init__(daemon=True, name=f"flood-{key.tenant}")
+        self.key = key
+        self.topic = topic
+        self.producers = producers
+        self.http = http
+        self.errors: list[str] = []
+        self._stopping = threading.Event()
+
+    def run(self) -> None:
+        posters = [threading.Thread(target=self._post, daemon=True) for _ in range(self.http)]
+        for poster in posters:
+            poster.start()
+        producers = [
+            Producer(self.key.librdkafka(**{"queue.buffering.max.kbytes": 4096}))
+            for _ in range(self.producers)
+        ]
+        value = os.urandom(VALUE_SIZE)
+
+        def delivered(err: KafkaError | None, _msg: Any) -> None:
+            if err is not None and err.code() not in PURGED:
+                self.errors.append(err.str())
+
+        while not self._stopping.is_set():
+            for producer in producers:
+                with contextlib.suppress(BufferError):
+                    for _ in range(50):
+                        producer.produce(self.topic, value, on_delivery=delivered)
+                producer.poll(0)
+            time.sleep(0.005)
+        for producer in producers:
+            producer.purge(in_queue=True, in_flight=True)
+            producer.flush(30)
+        for poster in posters:
+            poster.join(60)
+
+    def _post(self) -> None:
+        value = base64.b64encode(os.urandom(VALUE_SIZE)).decode()
+        with httpx.Client(
+            base_url=self.key.gateway.http_url, auth=(self.key.key_id, self.key.secret), timeout=60
+        ) as http:
+            cluster = http.get("/v3/clusters").json()["data"][0]["cluster_id"]
+            path = f"/v3/clusters/{cluster}/topics/{self.topic}/records"
+            while not self._stopping.is_set():
+                answer = http.post(path, json={"value": {"type": "BINARY", "data": value}})
+                if answer.status_code == 429:
+                    self._stopping.wait(float(answer.headers["Retry-After"]))
+                elif answer.status_code != 200:
+                    self.errors.append(f"HTTP {answer.status_code}: {answer.text}")
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self.join(120)
+
+
+def stored_payload(key: TenantKey, topic: str) -> int:
+    """Bytes of record values in the topic now, from its end offsets (every value is VALUE_SIZE)."""
+    consumer = Consumer(key.librdkafka(**{"group.id": f"{key.tenant}-offsets"}))
+    try:
+        ends = [
+            consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
+            for p in range(FLOOD_PARTITIONS)
+        ]
+    finally:
+        consumer.close()
+    return sum(ends) * VALUE_SIZE
+
+
+def test_a_tenant_flooding_from_many_connections_and_both_doors_gets_its_quota_once(
+    cluster: GatewayCluster,
+) -> None:
+    """Four tenants with the same producer quota flood at once, from 1, 8 and 32
+    producers, and from 8 producers plus 4 HTTP clients: each stores its quota."""
+    shapes = {"one": (1, 0), "eight": (8, 0), "thirty-two": (32, 0), "both-doors": (8, 4)}
+    keys = {
+        name: cluster.tenant(f"flood-{name}", quotas=Quotas(producer_byte_rate=FLOOD_QUOTA))
+        for name in shapes
+    }
+    time.sleep(TENANCY_POLL_S)
+    for key in keys.values():
+        admin = AdminClient(key.librdkafka())
+        admin.create_topics([NewTopic("flood", FLOOD_PARTITIONS)])["flood"].result(30)
+    floods = {
+        name: ConnectionFlood(keys[name], "flood", producers, http)
+        for name, (producers, http) in shapes.items()
+    }
+    try:
+        for flood in floods.values():
+            flood.start()
+        time.sleep(FLOOD_WARM_UP_S)
+        before = {name: stored_payload(key, "flood") for name, key in keys.items()}
+        started = time.monotonic()
+        time.sleep(FLOOD_MEASURE_S)
+        after = {name: stored_payload(key, "flood") for name, key in keys.items()}
+        elapsed = time.monotonic() - started
+    finally:
+        for flood in floods.values():
+            flood.stop()
+    rates = {name: (after[name] - before[name]) / elapsed for name in keys}
+    print("\nstored, times the quota, over", f"{elapsed:.1f} s:", {
+        name: round(rate / FLOOD_QUOTA, 3) for name, rate in rates.items()
+    })  # fmt: skip
+    for name, flood in floods.items():
+        assert not flood.errors, (name, flood.errors[:3])
+    for name, rate in rates.items():
+        assert FLOOD_LEAST * FLOOD_QUOTA <= rate <= FLOOD_MOST * FLOOD_QUOTA, (name, rates)

@@ -1,12 +1,11 @@
-"""Per-tenant byte-rate quotas (shoal.gateway.quotas): Kafka's Rate, throttles back to the bound.
+"""Per-tenant byte budgets (shoal.gateway.quotas): waits before forwarding, throttles after.
 
 The clock is a number passed to every call, so each test states the instants
-it means and nothing sleeps. Expected values are worked out by hand from the
-definitions: a rate is the live bytes over the time since the oldest live
-window started, plus one empty window while that time is under one window; a
-throttle is the first twentieth of a window (50 ms) at which that rate, with
-nothing more recorded, is back at the bound. Byte counts are picked so the
-exact time falls between two steps.
+it means and nothing sleeps. The simulated clients below send again as soon
+as the gateway lets a request through, from as many connections as a test
+asks for; what the tests check is the bound the module's docstring states:
+over any span of T seconds, at most ``limit * T`` plus two windows' worth is
+forwarded (one window plus the request for requests larger than two windows).
 """
 
 from __future__ import annotations
@@ -14,272 +13,242 @@ from __future__ import annotations
 import bisect
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from shoal.gateway.quotas import (
     DEFAULT_MAX_THROTTLE_MS,
     MIN_FETCH_CAP_BYTES,
+    ByteBudget,
     QuotaConfig,
     QuotaManager,
-    SampledRate,
 )
 
-MB = 1_000_000
-KIB = 1024
-MIB = 1024 * KIB
+KB = 1000
+LIMIT = 100 * KB
+"""Bytes per second; the default one-second window makes the capacity 100 kB."""
 T0 = 1_000.0
 """An arbitrary monotonic-clock start, so no test leans on time zero."""
 
-ROUND_TRIP_S = 0.002
-"""What a simulated client adds to each throttle before its next request."""
+
+def greedy_producers(
+    quotas: QuotaManager, sizes: list[int], connections: int, duration_s: float
+) -> list[tuple[float, int]]:
+    """(forwarded at, bytes) of ``connections`` clients sending ``sizes`` in turn, each
+    as soon as its last request went; the gateway lets them through one at a time."""
+    ready = [T0] * connections
+    forwarded: list[tuple[float, int]] = []
+    turn = 0
+    while True:
+        conn = min(range(connections), key=lambda c: ready[c])
+        size = sizes[turn % len(sizes)]
+        turn += 1
+        # The tenant's queue: a request waits behind those forwarded before it.
+        now = max(ready[conn], forwarded[-1][0] if forwarded else T0)
+        now += quotas.produce_wait_s("acme", size, LIMIT, now)
+        if now > T0 + duration_s:
+            return forwarded
+        quotas.charge_produce("acme", size, LIMIT, now)
+        forwarded.append((now, size))
+        ready[conn] = now + 0.001
 
 
-def _obedient_producer(request_bytes: int, duration_s: float) -> list[float]:
-    """Send times (from T0) of a producer that sends again as soon as each throttle ends."""
-    quotas = QuotaManager()
-    now = T0
-    sent: list[float] = []
-    while now < T0 + duration_s:
-        throttle = quotas.record_produce("acme", request_bytes, MB, now)
-        sent.append(now - T0)
-        now += throttle / 1000 + ROUND_TRIP_S
-    return sent
+def most_in_any_span(forwarded: list[tuple[float, int]], span_s: float) -> int:
+    """The most bytes forwarded within any ``span_s`` seconds (both ends included)."""
+    times = [t for t, _ in forwarded]
+    sums = [0]
+    for _, size in forwarded:
+        sums.append(sums[-1] + size)
+    return max(
+        sums[bisect.bisect_right(times, start + span_s)] - sums[i] for i, start in enumerate(times)
+    )
 
 
-def _span_rates(sent: list[float], request_bytes: int, span_s: float) -> list[tuple[float, float]]:
-    """(start, bytes per second) from each send to the first send ``span_s`` or more later.
-
-    Measured send to send, so each request is paired with the throttle it
-    earned: a span cut at fixed instants gains or loses a whole request at its
-    edges, which for 1 MiB requests is 5% of 20 s at 1 MB/s.
-    """
-    rates = []
-    for i, start in enumerate(sent):
-        j = bisect.bisect_left(sent, start + span_s)
-        if j == len(sent):
-            break
-        rates.append((start, (j - i) * request_bytes / (sent[j] - start)))
-    return rates
+# The budget
 
 
-# Measuring a rate
+def test_a_budget_starts_full_refills_at_its_rate_and_stops_at_its_capacity() -> None:
+    budget = ByteBudget(rate=1000, capacity=500, now=T0)
+    assert budget.balance(T0) == 500
+    budget.charge(2000, T0)
+    assert budget.balance(T0) == -1500
+    assert budget.balance(T0 + 1) == -500
+    assert budget.seconds_until(0, T0 + 1) == pytest.approx(0.5)
+    assert budget.balance(T0 + 10) == 500
 
 
-def test_a_first_burst_is_measured_over_one_window() -> None:
-    rate = SampledRate()
-    rate.record(1000, T0)
-    # Not 1000 bytes over 0 s: the missing window counts as empty.
-    assert rate.window_size(T0) == 1.0
-    assert rate.rate(T0) == 1000.0
-    assert rate.window_size(T0 + 0.5) == 1.5
-    assert rate.rate(T0 + 0.5) == pytest.approx(1000 / 1.5)
+def test_retuning_keeps_the_debt_and_clamps_a_surplus() -> None:
+    budget = ByteBudget(rate=1000, capacity=1000, now=T0)
+    budget.retune(rate=100, capacity=100, now=T0)
+    assert budget.balance(T0) == 100
+    budget.charge(300, T0)
+    budget.retune(rate=1000, capacity=1000, now=T0)
+    assert budget.balance(T0) == -200
+    assert budget.balance(T0 + 0.2) == pytest.approx(0, abs=1e-6)
 
 
-def test_the_padding_stops_at_the_first_full_window() -> None:
-    rate = SampledRate()
-    rate.record(1000, T0)
-    assert rate.window_size(T0 + 0.99) == pytest.approx(1.99)
-    # As in Kafka's Rate.windowSize, the span drops back to the time elapsed.
-    assert rate.window_size(T0 + 1.0) == 1.0
-    assert rate.rate(T0 + 1.0) == 1000.0
-    rate.record(1000, T0 + 2.5)
-    assert rate.window_size(T0 + 2.5) == 2.5
-    assert rate.rate(T0 + 2.5) == pytest.approx(2000 / 2.5)
-
-
-def test_old_samples_expire_after_samples_times_window() -> None:
-    rate = SampledRate()
-    rate.record(5000, T0)
-    assert rate.rate(T0 + 10.99) == pytest.approx(5000 / 10.99)
-    assert rate.rate(T0 + 11.0) == 0.0
-    assert rate.window_size(T0 + 11.0) == 1.0
-
-
-def test_a_window_counts_until_its_last_record_expires_not_its_first() -> None:
-    rate = SampledRate()
-    rate.record(1000, T0)
-    rate.record(1000, T0 + 0.9)  # Same window: it is under window_s old.
-    # 11.5 s after the window started but only 10.6 s after its last record.
-    assert rate.rate(T0 + 11.5) == pytest.approx(2000 / 11.5)
-    assert rate.rate(T0 + 12.0) == 0.0
-
-
-def test_a_quiet_spell_is_measured_as_an_empty_window() -> None:
-    rate = SampledRate()
-    rate.record(MB, T0)
-    rate.record(1000, T0 + 60)
-    # The old burst has expired and the new record starts over at one window.
-    assert rate.rate(T0 + 60) == 1000.0
-
-
-def test_quota_config_rejects_settings_that_cannot_measure() -> None:
-    with pytest.raises(ValueError, match="samples"):
-        QuotaConfig(samples=1)
+def test_quota_config_rejects_settings_that_cannot_work() -> None:
     with pytest.raises(ValueError, match="window"):
         QuotaConfig(window_s=0)
     with pytest.raises(ValueError, match="throttle"):
         QuotaConfig(max_throttle_ms=-1)
 
 
-# Throttling tenants
+# Produce
 
 
-def test_under_quota_is_not_throttled() -> None:
+def test_a_quiet_tenant_may_send_one_window_at_once_then_waits_its_debt_out() -> None:
     quotas = QuotaManager()
-    for i in range(100):
-        # 100 KB every 0.2 s is 500 KB/s, half the bound.
-        assert quotas.record_produce("acme", 100_000, MB, T0 + 0.2 * i) == 0
-        assert quotas.record_fetch("acme", 100_000, MB, T0 + 0.2 * i) == 0
+    assert quotas.produce_wait_s("acme", LIMIT, LIMIT, T0) == 0
+    assert quotas.charge_produce("acme", LIMIT, LIMIT, T0) == 0
+    # Balance 0: the next request of 150 kB may go once it can leave at most
+    # one window of debt, 50 kB of refill away.
+    assert quotas.produce_wait_s("acme", 150 * KB, LIMIT, T0) == pytest.approx(0.5)
+    assert quotas.charge_produce("acme", 150 * KB, LIMIT, T0 + 0.5) == 1000
 
 
-def test_a_burst_waits_until_the_rate_is_back_at_the_bound() -> None:
+def test_a_request_larger_than_two_windows_waits_for_a_full_bucket() -> None:
     quotas = QuotaManager()
-    assert quotas.record_produce("acme", MB, MB, T0) == 0  # One window at the bound.
-    # 2.02 MB: over 1 + d s while padded, that never reaches the bound before
-    # the padding stops at d = 1 s; then 2.02 MB / d s reaches it at 2.02 s.
-    # Kafka's formula would say (2.02 - 1) * 1 s = 1.02 s.
-    assert quotas.record_produce("acme", 1_020_000, MB, T0) == 2050
-    # 0.5 s later the same bytes need 1.52 s more.
-    assert quotas.record_produce("acme", 0, MB, T0 + 0.5) == 1550
+    quotas.charge_produce("acme", LIMIT, LIMIT, T0)
+    assert quotas.produce_wait_s("acme", 1_000 * KB, LIMIT, T0) == pytest.approx(1.0)
+    # Ten seconds' worth: the throttle is the whole debt, nine seconds.
+    assert quotas.charge_produce("acme", 1_000 * KB, LIMIT, T0 + 1) == 9000
+    assert quotas.produce_wait_s("acme", 1_000 * KB, LIMIT, T0 + 1) == pytest.approx(10.0)
 
 
-def test_a_throttle_is_rounded_up_to_a_twentieth_of_a_window() -> None:
-    # 1.52 MB over 1 + d s is at the bound at d = 0.52 s.
-    assert QuotaManager().record_produce("acme", 1_520_000, MB, T0) == 550
-    # 3.03 MB is back at the bound at 3.03 s (the padding is gone by then).
-    assert QuotaManager().record_fetch("acme", 3_030_000, MB, T0) == 3050
+def test_the_reported_throttle_is_capped_but_the_debt_is_not() -> None:
+    quotas = QuotaManager(QuotaConfig(max_throttle_ms=2000))
+    assert quotas.charge_produce("acme", 600 * KB, LIMIT, T0) == 2000
+    # 500 kB owed: the next window-sized request still waits the whole five seconds.
+    assert quotas.produce_wait_s("acme", LIMIT, LIMIT, T0) == pytest.approx(5.0)
+    assert QuotaManager().charge_produce("acme", 4_100 * KB, LIMIT, T0) == DEFAULT_MAX_THROTTLE_MS
 
 
-def test_a_throttle_ends_when_old_windows_expire() -> None:
+@pytest.mark.parametrize("connections", [1, 8, 32])
+@pytest.mark.parametrize("size", [2 * KB, 100 * KB, 180 * KB])
+def test_more_connections_buy_no_more_bytes(connections: int, size: int) -> None:
+    forwarded = greedy_producers(QuotaManager(), [size], connections, 120)
+    for span_s in (1, 5, 30, 119):
+        assert most_in_any_span(forwarded, span_s) <= LIMIT * span_s + 2 * LIMIT
+    # And the tenant does get its quota: over two minutes, within a request of it.
+    assert sum(b for _, b in forwarded) >= LIMIT * 120 - size
+
+
+def test_megabyte_requests_overshoot_by_at_most_one_window_and_one_request() -> None:
+    size = 1_000 * KB
+    forwarded = greedy_producers(QuotaManager(), [size], 8, 300)
+    for span_s in (5, 30, 60):
+        assert most_in_any_span(forwarded, span_s) <= LIMIT * span_s + LIMIT + size
+    assert sum(b for _, b in forwarded) >= LIMIT * 300 - size
+
+
+@given(
+    st.lists(st.integers(KB, 400 * KB), min_size=1, max_size=8),
+    st.integers(1, 32),
+    st.floats(0.5, 20),
+)
+def test_any_mix_of_sizes_and_connections_stays_within_the_bound(
+    sizes: list[int], connections: int, span_s: float
+) -> None:
+    forwarded = greedy_producers(QuotaManager(), sizes, connections, 30)
+    slack = max(2 * LIMIT, LIMIT + max(sizes))
+    assert most_in_any_span(forwarded, span_s) <= LIMIT * span_s + slack + 1e-6
+
+
+def test_tenants_and_directions_are_independent() -> None:
     quotas = QuotaManager()
-    # 12 MB never falls to the bound while it counts: the throttle ends when
-    # its window expires, samples * window_s = 11 s later.
-    assert quotas.record_produce("acme", 12 * MB, MB, T0) == 11_000
-    # 12.1 MB over 10.52 s is over the bound; Kafka's formula would throttle
-    # (12.1 / 10.52 - 1) * 10.52 s = 1.58 s. The 12 MB window expires 0.48 s
-    # on, leaving 0.1 MB over 1.48 s: 0.5 s.
-    assert quotas.record_produce("acme", MB // 10, MB, T0 + 10.52) == 500
+    quotas.charge_produce("acme", 10 * LIMIT, LIMIT, T0)
+    assert quotas.produce_wait_s("acme", 1, LIMIT, T0) > 0
+    assert quotas.produce_wait_s("globex", 1, LIMIT, T0) == 0
+    assert quotas.fetch_wait_s("acme", LIMIT, T0) == 0
 
 
-def test_the_throttle_is_capped_and_never_outlasts_the_windows() -> None:
-    assert QuotaManager().record_produce("acme", 1000 * MB, MB, T0) == 11_000
-    small_cap = QuotaManager(QuotaConfig(max_throttle_ms=2000))
-    assert small_cap.record_produce("acme", 1000 * MB, MB, T0) == 2000
-    long_windows = QuotaManager(QuotaConfig(samples=50))
-    assert long_windows.record_produce("acme", 1000 * MB, MB, T0) == DEFAULT_MAX_THROTTLE_MS
-
-
-@pytest.mark.parametrize("request_bytes", [16 * KIB, 100 * KIB, MIB])
-def test_a_client_that_waits_out_every_throttle_gets_the_bound(request_bytes: int) -> None:
-    sent = _obedient_producer(request_bytes, 120)
-    rates = _span_rates(sent, request_bytes, 20)
-    first_start, first_rate = rates[0]
-    assert first_start == 0.0
-    assert first_rate == pytest.approx(MB, rel=0.10)
-    late = [(start, rate) for start, rate in rates if start >= 20]
-    assert len(late) > 60 * MB / request_bytes  # Spans starting over at least a minute.
-    for start, rate in late:
-        assert rate == pytest.approx(MB, rel=0.03), start
-
-
-def test_tenants_are_independent() -> None:
-    alone = QuotaManager()
-    shared = QuotaManager()
-    for i in range(50):
-        now = T0 + 0.1 * i
-        expected = alone.record_produce("acme", 500 * KIB, MB, now)
-        assert shared.record_produce("acme", 500 * KIB, MB, now) == expected
-        # A neighbour far over its own quota changes nothing for acme, and acme's
-        # throttles leave the quiet neighbour unthrottled.
-        shared.record_produce("noisy", 50 * MB, MB, now)
-        assert shared.record_produce("quiet", KIB, MB, now) == 0
-    assert expected > 0
-
-
-def test_produce_and_fetch_are_measured_apart() -> None:
+def test_an_unlimited_tenant_never_waits_and_lifting_a_limit_forgets_the_debt() -> None:
     quotas = QuotaManager()
-    assert quotas.record_produce("acme", 50 * MB, MB, T0) > 0
-    assert quotas.record_fetch("acme", MB, MB, T0) == 0  # One window at the bound.
+    assert quotas.charge_produce("acme", 10 * LIMIT, None, T0) == 0
+    assert quotas.produce_wait_s("acme", 10 * LIMIT, None, T0) == 0
+    quotas.charge_produce("acme", 10 * LIMIT, LIMIT, T0)
+    assert quotas.produce_wait_s("acme", 1, None, T0) == 0
+    assert quotas.produce_wait_s("acme", 1, LIMIT, T0) == 0, "a new limit starts with a full bucket"
 
 
-def test_an_unlimited_direction_keeps_no_state() -> None:
+def test_a_changed_limit_keeps_what_is_owed() -> None:
     quotas = QuotaManager()
-    assert quotas.record_produce("acme", 1000 * MB, None, T0) == 0
-    assert quotas.record_fetch("acme", 1000 * MB, None, T0) == 0
-    assert quotas.tracked_tenants() == frozenset()
-    # The unlimited bytes were not counted once a limit appears.
-    assert quotas.record_produce("acme", KIB, MB, T0) == 0
+    quotas.charge_produce("acme", 3 * LIMIT, LIMIT, T0)
+    # 200 kB owed, now repaid at 200 kB/s: a window's worth (200 kB) may go once it is paid.
+    assert quotas.produce_wait_s("acme", 2 * LIMIT, 2 * LIMIT, T0) == pytest.approx(1.0)
 
 
-def test_lifting_a_limit_drops_that_directions_state() -> None:
-    quotas = QuotaManager()
-    assert quotas.record_produce("acme", 50 * MB, MB, T0) > 0
-    quotas.record_fetch("acme", KIB, MB, T0)
-    assert quotas.record_produce("acme", 0, None, T0) == 0
-    assert quotas.record_produce("acme", 0, MB, T0) == 0  # The 50 MB are gone.
-    quotas.record_produce("acme", 0, None, T0)
-    quotas.record_fetch("acme", 0, None, T0)
-    assert quotas.tracked_tenants() == frozenset()
-
-
-def test_forget_drops_a_tenants_state_in_both_directions() -> None:
-    quotas = QuotaManager()
-    quotas.record_produce("acme", 50 * MB, MB, T0)
-    quotas.record_fetch("acme", 50 * MB, MB, T0)
-    quotas.record_produce("other", KIB, MB, T0)
-    quotas.forget("acme")
-    assert quotas.tracked_tenants() == frozenset({"other"})
-    assert quotas.record_produce("acme", KIB, MB, T0) == 0
-    assert quotas.record_fetch("acme", KIB, MB, T0) == 0
-
-
-def test_a_changed_limit_applies_to_bytes_already_measured() -> None:
-    quotas = QuotaManager()
-    assert quotas.record_produce("acme", 1_010_000, 2 * MB, T0) == 0
-    # The same 1.01 MB against 0.5 MB/s: over 1 + d s it stays above 0.5 MB/s
-    # until the padding stops at 1 s; over d s it reaches it at 2.02 s.
-    assert quotas.record_produce("acme", 0, MB / 2, T0) == 2050
-
-
-def test_a_limit_that_is_not_positive_is_refused() -> None:
+def test_bad_limits_and_counts_are_refused() -> None:
     quotas = QuotaManager()
     with pytest.raises(ValueError, match="non-positive"):
-        quotas.record_produce("acme", KIB, 0, T0)
-
-
-def test_a_negative_byte_count_is_refused() -> None:
+        quotas.produce_wait_s("acme", 1, 0, T0)
     with pytest.raises(ValueError, match="negative"):
-        QuotaManager().record_fetch("acme", -1, MB, T0)
+        quotas.charge_produce("acme", -1, LIMIT, T0)
 
 
-# Fetch sizes
+# Fetch
 
 
-def test_fetch_cap_is_one_window_of_the_limit() -> None:
-    assert QuotaManager().fetch_cap(MB) == MB
-    assert QuotaManager(QuotaConfig(window_s=0.5)).fetch_cap(MB) == MB // 2
-
-
-def test_fetch_cap_never_goes_below_one_kib() -> None:
-    assert QuotaManager().fetch_cap(10.0) == MIN_FETCH_CAP_BYTES == KIB
-
-
-def test_fetch_cap_is_none_when_unlimited() -> None:
-    assert QuotaManager().fetch_cap(None) is None
-
-
-def test_a_consumer_fetching_one_cap_at_a_time_waits_one_window_per_fetch() -> None:
+def test_a_fetch_reserves_the_balance_and_concurrent_fetches_split_it() -> None:
     quotas = QuotaManager()
-    cap = quotas.fetch_cap(MB)
-    assert cap is not None
-    now = T0
-    throttles = []
-    for _ in range(60):
-        throttle = quotas.record_fetch("acme", cap, MB, now)
-        throttles.append(throttle)
-        now += throttle / 1000 + ROUND_TRIP_S
-    # The first cap is free (one window at the bound). The second makes two
-    # windows' worth, back at the bound once 2 s have passed since the first
-    # (the padded span never gets there). From then on each cap needs one
-    # more window: while nothing has expired the span grows by it, and once
-    # windows expire, one cap's window leaves as the next one arrives.
-    assert throttles[:2] == [0, 2000]
-    assert set(throttles[2:]) == {1000}
+    first = quotas.fetch_admission("acme", LIMIT, T0)
+    assert first is not None and first.reserved == LIMIT
+    # Nothing left: the next fetch waits for the smallest fetch's worth.
+    assert quotas.fetch_wait_s("acme", LIMIT, T0) == pytest.approx(MIN_FETCH_CAP_BYTES / LIMIT)
+    later = T0 + 0.3
+    assert quotas.fetch_wait_s("acme", LIMIT, later) == 0
+    second = quotas.fetch_admission("acme", LIMIT, later)
+    assert second is not None and second.reserved == pytest.approx(30 * KB, abs=1)
+
+
+def test_an_answer_smaller_than_its_reservation_gives_the_rest_back() -> None:
+    quotas = QuotaManager()
+    ticket = quotas.fetch_admission("acme", LIMIT, T0)
+    assert ticket is not None
+    assert quotas.settle_fetch(ticket, 0, T0) == 0
+    again = quotas.fetch_admission("acme", LIMIT, T0)
+    assert again is not None and again.reserved == LIMIT
+
+
+def test_an_answer_larger_than_its_reservation_is_owed() -> None:
+    quotas = QuotaManager()
+    ticket = quotas.fetch_admission("acme", LIMIT, T0)
+    assert ticket is not None
+    # A first batch returned whole (KIP-74): 250 kB where 100 kB was asked.
+    assert quotas.settle_fetch(ticket, 250 * KB, T0) == 1500
+    owed_s = 1.5 + MIN_FETCH_CAP_BYTES / LIMIT
+    assert quotas.fetch_wait_s("acme", LIMIT, T0) == pytest.approx(owed_s)
+
+
+def test_a_tiny_quota_still_fetches_whole_kilobytes() -> None:
+    quotas = QuotaManager()
+    ticket = quotas.fetch_admission("acme", 100, T0)
+    assert ticket is not None and ticket.reserved == MIN_FETCH_CAP_BYTES
+    assert quotas.fetch_wait_s("acme", 100, T0) == pytest.approx(10.24)
+
+
+def test_an_unlimited_fetch_reserves_nothing() -> None:
+    assert QuotaManager().fetch_admission("acme", None, T0) is None
+
+
+@pytest.mark.parametrize("consumers", [1, 8, 32])
+def test_consumers_fetching_flat_out_get_the_bound(consumers: int) -> None:
+    """Each consumer fetches as soon as its last answer came back, 5 ms later, and
+    always gets all it asked for (a deep backlog)."""
+    quotas = QuotaManager()
+    ready = [T0] * consumers
+    delivered: list[tuple[float, int]] = []
+    while True:
+        c = min(range(consumers), key=lambda i: ready[i])
+        now = ready[c] + quotas.fetch_wait_s("acme", LIMIT, ready[c])
+        if now > T0 + 120:
+            break
+        ticket = quotas.fetch_admission("acme", LIMIT, now)
+        assert ticket is not None
+        quotas.settle_fetch(ticket, ticket.reserved, now + 0.005)
+        delivered.append((now + 0.005, ticket.reserved))
+        ready[c] = now + 0.005
+    delivered.sort()
+    for span_s in (1, 5, 30):
+        assert most_in_any_span(delivered, span_s) <= LIMIT * span_s + 2 * LIMIT
+    assert sum(b for _, b in delivered) >= LIMIT * 119
