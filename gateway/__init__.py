@@ -13,6 +13,7 @@ Module map:
 * :mod:`~shoal.gateway.namespace` - ``orders`` <-> ``acme.orders``.
 * :mod:`~shoal.gateway.access` - one principal's view: ACL checks, namespace.
 * :mod:`~shoal.gateway.apis` - per-API rewriting (pure but for lookups).
+* :mod:`~shoal.gateway.acl_grants` - what a key may grant through CreateAcls.
 * :mod:`~shoal.gateway.quotas` - sampled byte rates (Kafka's) and the throttles they earn.
 * :mod:`~shoal.gateway.sasl` - the SASL/PLAIN exchange.
 * :mod:`~shoal.gateway.tenancy_view` - the tenancy records, polled from etcd.

@@ -14,9 +14,7 @@ from shoal.gateway.namespace import Namespace
 from shoal.tenancy.acl import CLUSTER_NAME, authorize
 from shoal.tenancy.model import AclBinding, Operation, Quotas, ResourceType
 
-# Kafka's "authorized operations" answers list what a resource type can be asked
-# for (AclEntry.supportedOperations), as a bit field indexed by operation code.
-_SUPPORTED: Final = {
+SUPPORTED_OPERATIONS: Final = {
     ResourceType.TOPIC: (
         Operation.READ,
         Operation.WRITE,
@@ -39,6 +37,8 @@ _SUPPORTED: Final = {
     ),
     ResourceType.TRANSACTIONAL_ID: (Operation.DESCRIBE, Operation.WRITE),
 }
+"""What each resource type can be asked for (Kafka's ``AclEntry.supportedOperations``):
+the bits of "authorized operations" answers, and what ALL stands for."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +73,7 @@ class TenantAccess:
     def authorized_operations(self, resource_type: ResourceType, name: str) -> int:
         """Kafka's bit field of the operations this principal may do on the resource."""
         bits = 0
-        for operation in _SUPPORTED[resource_type]:
+        for operation in SUPPORTED_OPERATIONS[resource_type]:
             if self.allowed(resource_type, name, operation):
                 bits |= 1 << operation
         return bits

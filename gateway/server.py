@@ -35,7 +35,7 @@ from shoal.gateway.oauth.authority import gateway_tokens
 from shoal.gateway.oauth.keystore import SigningKeyStore
 from shoal.gateway.quotas import QuotaConfig, QuotaManager
 from shoal.gateway.session import ClientSession
-from shoal.gateway.tenancy_view import StoreQuotas, TenancyView
+from shoal.gateway.tenancy_view import StoreAcls, StoreQuotas, TenancyView
 from shoal.gateway.tracing import GatewayTracing
 from shoal.gateway.upstream import UpstreamError
 from shoal.gateway.usage import UsageLedger
@@ -133,6 +133,7 @@ class GatewayServices:
     """Every tenant's byte budgets, and the waits in front of its produce and fetch requests."""
     membership: GatewayMembership
     quota_store: StoreQuotas
+    acl_store: StoreAcls
     versions: dict[int, tuple[int, int]] = field(default_factory=dict)
     usage: UsageLedger = field(default_factory=UsageLedger)
     metrics: GatewayMetrics = field(default_factory=GatewayMetrics)
@@ -197,6 +198,7 @@ class Gateway:
                 admission=Admission(QuotaManager(QuotaConfig(window_s=config.quota_window_size_s))),
                 membership=membership,
                 quota_store=StoreQuotas(tenancy),
+                acl_store=StoreAcls(tenancy),
                 tracing=self.tracing,
             )
             tokens = gateway_tokens(config, tenancy, key_store, time.time)

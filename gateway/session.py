@@ -475,6 +475,7 @@ class ClientSession:
             api=api,
             lookups=self.listener.lookups,
             quota_store=services.quota_store,
+            acl_store=services.acl_store,
             fetch_cap=None if ticket is None else ticket.reserved,
         )
         _, rewrite = REWRITERS[header.api_key]

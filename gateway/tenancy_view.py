@@ -16,10 +16,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from shoal.gateway.access import TenantAccess
-from shoal.tenancy.model import ApiKey, Quotas
+from shoal.tenancy.model import AclBinding, ApiKey, Quotas
 from shoal.tenancy.store import TenancySnapshot, TenancyStore, TenancyStoreError
 from shoal.tenancy.verifier import KeyVerifier
 
@@ -115,4 +115,22 @@ class StoreQuotas:
 
     async def set_quotas(self, tenant: str, quotas: Quotas) -> None:
         await self._view.store.set_quotas(tenant, quotas)
+        await self._view.load()
+
+
+class StoreAcls:
+    """The ACL APIs' view: read from and written to etcd, then reloaded here."""
+
+    def __init__(self, view: TenancyView) -> None:
+        self._view = view
+
+    async def bindings(self, tenant: str) -> Sequence[AclBinding]:
+        return await self._view.store.list_bindings(tenant)
+
+    async def add(self, tenant: str, bindings: Sequence[AclBinding]) -> None:
+        await self._view.store.add_bindings(tenant, bindings)
+        await self._view.load()
+
+    async def remove(self, tenant: str, bindings: Sequence[AclBinding]) -> None:
+        await self._view.store.remove_bindings(tenant, bindings)
         await self._view.load()

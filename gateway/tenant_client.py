@@ -250,6 +250,7 @@ class TenantClient:
             api=entity,
             lookups=self._lookups,
             quota_store=self.services.quota_store,
+            acl_store=self.services.acl_store,
             fetch_cap=fetch_cap,
         )
         _, rewrite = REWRITERS[api_key]

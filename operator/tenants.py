@@ -13,8 +13,10 @@ quotas), then settles its keys:
   wants (or that a new key replaced) are revoked and the Secrets of unwanted
   names listed for deletion. Keys made by anyone else (the CLI, the tenant
   itself over the HTTP API) are left alone.
-* The bindings of the operator's keys, and the tenant-wide ones (principal
-  ``*``), are made equal to the spec: the role's bindings plus ``spec.acls``.
+* The declared bindings of the operator's keys, and the tenant-wide ones
+  (principal ``*``), are made equal to the spec: the role's bindings plus
+  ``spec.acls``. Bindings the tenant made with Kafka's CreateAcls are its own
+  and left alone (docs/acls.md).
 
 Secrets come back as manifests without ownerReferences: the handler adds the
 Tenant as owner and applies them.
@@ -40,6 +42,7 @@ from shoal.tenancy.model import (
     WILDCARD,
     AclBinding,
     ApiKey,
+    BindingSource,
     Operation,
     PatternType,
     Permission,
@@ -262,13 +265,18 @@ def wanted_bindings(spec: TenantSpec, key_ids: Mapping[str, str]) -> set[AclBind
 def binding_changes(
     existing: Iterable[AclBinding], wanted: Iterable[AclBinding], managed: Iterable[str]
 ) -> tuple[list[AclBinding], list[AclBinding]]:
-    """(to add, to remove) so the bindings of the ``managed`` principals equal ``wanted``;
-    bindings of other principals stay as they are."""
+    """(to add, to remove) so the declared bindings of the ``managed`` principals equal
+    ``wanted``; bindings of other principals, and those a tenant made through
+    Kafka's CreateAcls (even for a managed principal), stay as they are."""
     have = set(existing)
     want = set(wanted)
     principals = set(managed)
     add = [b for b in want if b not in have]
-    remove = [b for b in have if b.principal in principals and b not in want]
+    remove = [
+        b
+        for b in have
+        if b.source is BindingSource.DECLARED and b.principal in principals and b not in want
+    ]
     return sorted(add, key=_order), sorted(remove, key=_order)
 
 

@@ -60,6 +60,11 @@ _DENIED_BY: Final[Mapping[Operation, frozenset[Operation]]] = MappingProxyType(
 )
 
 
+def allows(binding_operation: Operation, operation: Operation) -> bool:
+    """Whether an ALLOW binding for ``binding_operation`` allows ``operation``."""
+    return binding_operation in _ALLOWED_BY[operation]
+
+
 def authorize(
     bindings: Iterable[AclBinding],
     tenant: str,

@@ -70,6 +70,20 @@ class Permission(enum.IntEnum):
     ALLOW = 3
 
 
+class BindingSource(enum.Enum):
+    """Who wrote a binding, so each writer replaces only its own.
+
+    The operator makes a tenant's declared bindings equal to its Tenant
+    resource; bindings a tenant made over Kafka's CreateAcls live beside them
+    and are the tenant's to delete (docs/acls.md).
+    """
+
+    DECLARED = "declared"
+    """Declared on a Tenant resource, by a key's role, or with the CLI."""
+    KAFKA_API = "kafka-api"
+    """Made by one of the tenant's keys through CreateAcls."""
+
+
 @dataclass(frozen=True, slots=True)
 class AclBinding:
     """One rule of a tenant: ``principal`` (a key id, or ``*`` for every key of the
@@ -86,6 +100,7 @@ class AclBinding:
     resource_name: str
     operation: Operation
     permission: Permission = Permission.ALLOW
+    source: BindingSource = BindingSource.DECLARED
 
     def __post_init__(self) -> None:
         # An empty PREFIXED name would match everything: Kafka refuses it too.
@@ -93,7 +108,7 @@ class AclBinding:
             raise TenancyError("an ACL binding needs a resource name (or * for all)")
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data = {
             "tenant": self.tenant,
             "principal": self.principal,
             "resource_type": self.resource_type.name,
@@ -102,6 +117,11 @@ class AclBinding:
             "operation": self.operation.name,
             "permission": self.permission.name,
         }
+        # Declared bindings keep the form (and so the store id) they had before
+        # sources existed; an API-made twin of one gets an id of its own.
+        if self.source is not BindingSource.DECLARED:
+            data["source"] = self.source.value
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> AclBinding:
@@ -113,6 +133,7 @@ class AclBinding:
             data["resource_name"],
             Operation[data["operation"]],
             Permission[data["permission"]],
+            BindingSource(data.get("source", BindingSource.DECLARED.value)),
         )
 
 

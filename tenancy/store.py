@@ -7,8 +7,11 @@ Key layout::
     <root>/tenancy/acls/<tenant>/<binding id>   AclBinding JSON
 
 A binding's id is a hash of its contents, so adding the same binding twice
-stores it once. Creating a tenant is create-if-absent; deleting one removes
-its keys and bindings in the same transaction.
+stores it once. A binding a tenant made with Kafka's CreateAcls carries
+``"source": "kafka-api"`` (declared ones carry no source), so it is stored
+beside a declared twin rather than over it (docs/acls.md). Creating a tenant
+is create-if-absent; deleting one removes its keys and bindings in the same
+transaction.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Final
 
 import aetcd
 import aetcd.exceptions
@@ -42,6 +45,16 @@ class TenancyStoreError(Exception):
 
 def binding_id(binding: AclBinding) -> str:
     return hashlib.sha256(json.dumps(binding.to_dict(), sort_keys=True).encode()).hexdigest()[:24]
+
+
+MAX_TXN_OPS: Final = 128
+"""etcd's default ``--max-txn-ops``: it refuses a transaction with more operations."""
+
+
+def _require_tenant_of(tenant: str, bindings: Sequence[AclBinding]) -> None:
+    strangers = {b.tenant for b in bindings} - {tenant}
+    if strangers:
+        raise TenancyError(f"bindings of {sorted(strangers)} given as tenant {tenant!r}'s")
 
 
 def _prefix_end(prefix: bytes) -> bytes:
@@ -199,6 +212,39 @@ class TenancyStore:
                 json.dumps(binding.to_dict()).encode(),
             )
         )
+
+    async def add_bindings(self, tenant: str, bindings: Sequence[AclBinding]) -> None:
+        """Store ``bindings``, all of ``tenant``, if the tenant exists.
+
+        One transaction per :data:`MAX_TXN_OPS` bindings: a larger batch that
+        fails midway may be stored in part (storing one again is harmless).
+        """
+        _require_tenant_of(tenant, bindings)
+        t = self._client.transactions
+        for start in range(0, len(bindings), MAX_TXN_OPS):
+            ops = [
+                t.put(self._key("acls", tenant, binding_id(b)), json.dumps(b.to_dict()).encode())
+                for b in bindings[start : start + MAX_TXN_OPS]
+            ]
+            ok, _ = await self._call(
+                self._client.transaction(
+                    compare=[t.version(self._key("tenants", tenant)) > 0], success=ops, failure=[]
+                )
+            )
+            if not ok:
+                raise TenancyError(f"tenant {tenant!r} does not exist")
+
+    async def remove_bindings(self, tenant: str, bindings: Sequence[AclBinding]) -> None:
+        """Remove ``bindings``, all of ``tenant``; absent ones are no error. One
+        transaction per :data:`MAX_TXN_OPS` bindings, as :meth:`add_bindings`."""
+        _require_tenant_of(tenant, bindings)
+        t = self._client.transactions
+        for start in range(0, len(bindings), MAX_TXN_OPS):
+            ops = [
+                t.delete(self._key("acls", tenant, binding_id(b)))
+                for b in bindings[start : start + MAX_TXN_OPS]
+            ]
+            await self._call(self._client.transaction(compare=[], success=ops, failure=[]))
 
     async def remove_binding(self, binding: AclBinding) -> bool:
         deleted = await self._call(

@@ -9,6 +9,11 @@ from __future__ import annotations
 
 from typing import Final
 
+from shoal.broker.handlers.acls import (
+    handle_create_acls,
+    handle_delete_acls,
+    handle_describe_acls,
+)
 from shoal.broker.handlers.alter_partition import handle_alter_partition
 from shoal.broker.handlers.api_versions import ApiVersionsResponder
 from shoal.broker.handlers.base import Handler
@@ -84,6 +89,9 @@ ADD_OFFSETS_TO_TXN: Final = 25
 END_TXN: Final = 26
 WRITE_TXN_MARKERS: Final = 27
 TXN_OFFSET_COMMIT: Final = 28
+DESCRIBE_ACLS: Final = 29
+CREATE_ACLS: Final = 30
+DELETE_ACLS: Final = 31
 DESCRIBE_CONFIGS: Final = 32
 DESCRIBE_LOG_DIRS: Final = 35
 CREATE_PARTITIONS: Final = 37
@@ -123,6 +131,9 @@ API_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     END_TXN: (0, 3),
     WRITE_TXN_MARKERS: (1, 2),
     TXN_OFFSET_COMMIT: (0, 3),
+    DESCRIBE_ACLS: (1, 3),
+    CREATE_ACLS: (1, 3),
+    DELETE_ACLS: (1, 3),
     DESCRIBE_CONFIGS: (1, 4),
     DESCRIBE_LOG_DIRS: (1, 5),
     CREATE_PARTITIONS: (0, 3),
@@ -166,6 +177,9 @@ def build_handlers() -> dict[int, Handler]:
         END_TXN: handle_end_txn,
         WRITE_TXN_MARKERS: handle_write_txn_markers,
         TXN_OFFSET_COMMIT: handle_txn_offset_commit,
+        DESCRIBE_ACLS: handle_describe_acls,
+        CREATE_ACLS: handle_create_acls,
+        DELETE_ACLS: handle_delete_acls,
         DESCRIBE_CONFIGS: handle_describe_configs,
         DESCRIBE_LOG_DIRS: handle_describe_log_dirs,
         CREATE_PARTITIONS: handle_create_partitions,

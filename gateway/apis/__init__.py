@@ -11,7 +11,15 @@ from __future__ import annotations
 
 from typing import Final
 
-from shoal.gateway.apis import client_quotas, cluster, groups, records, topics, transactions
+from shoal.gateway.apis import (
+    acls,
+    client_quotas,
+    cluster,
+    groups,
+    records,
+    topics,
+    transactions,
+)
 from shoal.gateway.apis.base import Rewriter
 
 API_VERSIONS: Final = 18
@@ -20,6 +28,9 @@ SASL_AUTHENTICATE: Final = 36
 DESCRIBE_CLIENT_QUOTAS: Final = 48
 ALTER_CLIENT_QUOTAS: Final = 49
 WRITE_TXN_MARKERS: Final = 27
+DESCRIBE_ACLS: Final = 29
+CREATE_ACLS: Final = 30
+DELETE_ACLS: Final = 31
 
 REWRITERS: Final[dict[int, tuple[tuple[int, int], Rewriter]]] = {
     0: ((3, 11), records.produce),
@@ -45,6 +56,9 @@ REWRITERS: Final[dict[int, tuple[tuple[int, int], Rewriter]]] = {
     26: ((0, 3), transactions.end_txn),
     WRITE_TXN_MARKERS: ((1, 2), transactions.write_txn_markers),
     28: ((0, 3), groups.txn_offset_commit),
+    DESCRIBE_ACLS: ((1, 3), acls.describe_acls),
+    CREATE_ACLS: ((1, 3), acls.create_acls),
+    DELETE_ACLS: ((1, 3), acls.delete_acls),
     32: ((1, 4), topics.describe_configs),
     37: ((0, 3), topics.create_partitions),
     42: ((0, 2), groups.delete_groups),
@@ -64,6 +78,10 @@ GATEWAY_ONLY: Final[dict[int, tuple[int, int]]] = {
     SASL_AUTHENTICATE: (0, 2),
     DESCRIBE_CLIENT_QUOTAS: (0, 1),
     ALTER_CLIENT_QUOTAS: (0, 1),
+    # A tenant's bindings are the gateway's: the brokers hold none (docs/acls.md).
+    DESCRIBE_ACLS: (1, 3),
+    CREATE_ACLS: (1, 3),
+    DELETE_ACLS: (1, 3),
     WRITE_TXN_MARKERS: (1, 2),  # always CLUSTER_AUTHORIZATION_FAILED, as Kafka for a non-broker
 }
 """APIs the gateway answers alone; their versions are not intersected with the brokers'."""

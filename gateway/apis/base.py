@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Final, Protocol
 
 from shoal.gateway.access import TenantAccess
 from shoal.gateway.namespace import Namespace
-from shoal.tenancy.model import Quotas
+from shoal.tenancy.model import AclBinding, Quotas
 
 from shoal.wire import ApiSchema, ErrorCode
 
@@ -71,6 +71,22 @@ class ClientQuotaStore(Protocol):
     async def set_quotas(self, tenant: str, quotas: Quotas) -> None: ...
 
 
+class AclStore(Protocol):
+    """Every tenant's ACL bindings, as the ACL APIs read and change them.
+
+    Reads are fresh (not the gateway's last poll), so a DeleteAcls sees a
+    binding made through another gateway a moment ago; a change applies on
+    this gateway before the call returns. Failures raise
+    :class:`~shoal.tenancy.store.TenancyStoreError`.
+    """
+
+    async def bindings(self, tenant: str) -> Sequence[AclBinding]: ...
+
+    async def add(self, tenant: str, bindings: Sequence[AclBinding]) -> None: ...
+
+    async def remove(self, tenant: str, bindings: Sequence[AclBinding]) -> None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class RequestContext:
     access: TenantAccess
@@ -79,6 +95,7 @@ class RequestContext:
     quota_store: ClientQuotaStore
     fetch_cap: int | None = None
     """Largest fetch response the tenant's consume quota allows, or None."""
+    acl_store: AclStore = field(kw_only=True)
 
     @property
     def version(self) -> int:

@@ -12,7 +12,7 @@ import asyncio
 import json
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -27,6 +27,7 @@ from shoal.tenancy.model import (
     WILDCARD,
     AclBinding,
     ApiKey,
+    BindingSource,
     Operation,
     PatternType,
     Permission,
@@ -348,9 +349,15 @@ def acl_remove(
     prefixed: PrefixedOption = False,
     deny: DenyOption = False,
 ) -> None:
-    """Remove a binding, given exactly as it was added."""
+    """Remove a binding, given exactly as it was added (whether declared or made by the
+    tenant with Kafka's CreateAcls: the platform may remove either)."""
     binding = _binding(tenant, principal, resource_type, name, operation, prefixed, deny)
-    if not _run(etcd, lambda store: store.remove_binding(binding)):
+
+    async def remove(store: TenancyStore) -> bool:
+        removed = [await store.remove_binding(replace(binding, source=s)) for s in BindingSource]
+        return any(removed)
+
+    if not _run(etcd, remove):
         typer.echo(f"error: no such binding: {_describe(binding)}", err=True)
         raise typer.Exit(1)
     typer.echo("removed " + _describe(binding))
@@ -372,7 +379,7 @@ def _describe(b: AclBinding) -> str:
 
 
 def _acls_table(bindings: list[AclBinding]) -> Table:
-    table = Table("principal", "permission", "operation", "resource", "pattern", "name")
+    table = Table("principal", "permission", "operation", "resource", "pattern", "name", "source")
     for b in bindings:
         table.add_row(
             b.principal,
@@ -381,6 +388,7 @@ def _acls_table(bindings: list[AclBinding]) -> Table:
             b.resource_type.name,
             b.pattern_type.name,
             b.resource_name,
+            b.source.value,
         )
     return table
 

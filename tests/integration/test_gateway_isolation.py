@@ -12,7 +12,10 @@ left them.
 The ACL half checks Kafka's semantics for one tenant's keys: a refused topic
 gets TOPIC_AUTHORIZATION_FAILED in its own slot while the rest of the request
 is served, read-only and binding-less keys, DENY over ALLOW, and the
-tenant-wide partition limit (POLICY_VIOLATION).
+tenant-wide partition limit (POLICY_VIOLATION). Kafka's ACL APIs show and
+change a tenant's own bindings only: listings and wildcard filters, patterns
+spelling another tenant's names, and a delete by the broadest filter never
+reach B's bindings, and a binding made through them applies within seconds.
 
 The gateway cluster is shared by the module; every test makes its own tenants
 (a uuid suffix), so no test sees another's topics or groups.
@@ -40,18 +43,25 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
+from confluent_kafka.admin import AclBinding as AdminAclBinding
 from confluent_kafka.admin import (
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
     AdminClient,
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
     NewPartitions,
     NewTopic,
+    ResourcePatternType,
 )
+from confluent_kafka.admin import ResourceType as AdminResourceType
 from gateway_env import TenantKey, sasl_login
+from harness import wait_until
 from kio.schema.errors import ErrorCode
 from raw_kafka import RawConnection, request_class
-from shoal.tenancy.acl import default_bindings, read_only_bindings
+from shoal.tenancy.acl import CLUSTER_NAME, default_bindings, read_only_bindings
 from shoal.tenancy.model import (
     AclBinding,
     Operation,
@@ -851,3 +861,159 @@ def test_the_partition_limit_refuses_with_policy_violation(gateway_cluster: Any)
 
     listed = admin.list_topics(timeout=10).topics
     assert {name: len(t.partitions) for name, t in listed.items()} == {"first": 3, "third": 1}
+
+
+# -- ACL management (DescribeAcls, CreateAcls, DeleteAcls) ---------------------------
+
+
+def acl_admin(gateway_cluster: Any, tenant: str) -> TenantKey:
+    """A key with the default bindings and ALTER on its tenant's cluster."""
+    alter = AclBinding(
+        tenant, KEY, ResourceType.CLUSTER, PatternType.LITERAL, CLUSTER_NAME, Operation.ALTER
+    )
+    return new_key(gateway_cluster, tenant, bindings=[*default_bindings(tenant, KEY), alter])
+
+
+EVERY_ACL = AclBindingFilter(
+    AdminResourceType.ANY,
+    None,
+    ResourcePatternType.ANY,
+    None,
+    None,
+    AclOperation.ANY,
+    AclPermissionType.ANY,
+)
+
+
+def acls_of(key: TenantKey, selection: AclBindingFilter = EVERY_ACL) -> set[tuple[Any, ...]]:
+    admin = admin_for(key)  # held: a collected client cancels its futures
+    found = admin.describe_acls(selection, request_timeout=30).result(30)
+    return {(b.restype, b.name, b.resource_pattern_type, b.principal, b.operation) for b in found}
+
+
+def create_acls(key: TenantKey, *bindings: AdminAclBinding) -> None:
+    admin = admin_for(key)
+    for future in admin.create_acls(list(bindings), request_timeout=30).values():
+        future.result(30)
+
+
+def topic_acl(
+    name: str,
+    principal: str = "User:*",
+    pattern: ResourcePatternType = ResourcePatternType.LITERAL,
+    operation: AclOperation = AclOperation.ALL,
+    permission: AclPermissionType = AclPermissionType.DENY,
+) -> AdminAclBinding:
+    return AdminAclBinding(
+        AdminResourceType.TOPIC, name, pattern, principal, "*", operation, permission
+    )
+
+
+@pytest.fixture
+def acl_pair(pair: Pair, gateway_cluster: Any) -> tuple[TenantKey, TenantKey]:
+    """An ACL-managing key of A and one of B, each having made bindings of its own;
+    A's name B's namespace, as a curious A would."""
+    a, b = acl_admin(gateway_cluster, pair.a.tenant), acl_admin(gateway_cluster, pair.b.tenant)
+    create_acls(
+        a,
+        topic_acl(TOPIC, principal=f"User:{pair.a.key_id}", permission=AclPermissionType.ALLOW),
+        topic_acl(f"{pair.b.tenant}.", pattern=ResourcePatternType.PREFIXED),
+        topic_acl(f"{pair.b.tenant}.{TOPIC}"),
+        topic_acl("*", principal=f"User:{pair.b.key_id}"),
+    )
+    create_acls(b, topic_acl("b-only", operation=AclOperation.READ))
+    return a, b
+
+
+def test_acl_listings_and_filters_show_a_tenant_only_its_own_bindings(
+    pair: Pair, acl_pair: tuple[TenantKey, TenantKey]
+) -> None:
+    a, b = acl_pair
+    seen_by_b = acls_of(b)
+    assert "b-only" in {name for _, name, *_ in seen_by_b}
+    assert not [row for row in seen_by_b if row[1].startswith(pair.b.tenant)]
+    assert not [row for row in seen_by_b if row[3] in (f"User:{pair.a.key_id}", f"User:{a.key_id}")]
+    # B's key id named in A's binding is A's business: B does not see it.
+    assert "b-only" not in {name for _, name, *_ in acls_of(a)}
+
+    # Wildcard and MATCH filters select within the tenant only.
+    orders = AclBindingFilter(
+        AdminResourceType.TOPIC,
+        TOPIC,
+        ResourcePatternType.MATCH,
+        None,
+        None,
+        AclOperation.ANY,
+        AclPermissionType.ANY,
+    )
+    assert {(name, principal) for _, name, _, principal, _ in acls_of(b, orders)} == {
+        ("*", f"User:{pair.b.key_id}"),
+        ("*", f"User:{b.key_id}"),
+    }
+    everyone = AclBindingFilter(
+        AdminResourceType.ANY,
+        None,
+        ResourcePatternType.ANY,
+        "User:*",
+        None,
+        AclOperation.ANY,
+        AclPermissionType.ANY,
+    )
+    assert {name for _, name, *_ in acls_of(b, everyone)} == {"b-only"}
+
+    # A's bindings on "<b>." and "<b>.orders" are on A's own names: B's topic is untouched.
+    produce(pair.b, TOPIC, [b"B:after"])
+    assert b"B:after" in read_all(pair.b, TOPIC)
+    # A's DENY for B's key id applies to no key of B's.
+    assert sorted(read_all(pair.b, TOPIC)) == sorted([*pair.b_values, b"B:after"])
+
+
+def test_a_broad_delete_removes_only_the_tenants_own_bindings(
+    pair: Pair, acl_pair: tuple[TenantKey, TenantKey]
+) -> None:
+    a, b = acl_pair
+    before_b = acls_of(b)
+    admin = admin_for(a)
+    deleted = admin.delete_acls([EVERY_ACL], request_timeout=30)
+    [matched] = [future.result(30) for future in deleted.values()]
+    assert len(matched) == 4
+    assert acls_of(b) == before_b
+    # A's declared bindings (its keys' roles) stay: only the operator changes them.
+    assert (
+        AdminResourceType.TOPIC,
+        "*",
+        ResourcePatternType.LITERAL,
+        f"User:{pair.a.key_id}",
+        AclOperation.ALL,
+    ) in acls_of(a)
+    assert_a_untouched(pair)
+
+
+def test_a_binding_made_through_the_api_applies_within_seconds(gateway_cluster: Any) -> None:
+    tenant = unique("acl-live")
+    admin = acl_admin(gateway_cluster, tenant)
+    create_topic(admin, "ledger", 1)
+    produce(admin, "ledger", [b"entry"])
+    reader = new_key(gateway_cluster, tenant)
+    assert read_all(reader, "ledger", [0]) == [b"entry"]
+
+    deny = topic_acl("ledger", f"User:{reader.key_id}", operation=AclOperation.READ)
+    create_acls(admin, deny)
+
+    def fetch_error() -> int:
+        with leader_connection(reader, "ledger") as conn:
+            (topic,) = conn.call(fetch_request(FETCH_BY_NAME_V, ["ledger"])).responses
+        return int(topic.partitions[0].error_code)
+
+    wait_until(
+        lambda: fetch_error() == ErrorCode.topic_authorization_failed,
+        5,
+        "the new DENY to refuse the reader's fetch",
+    )
+    # DENY READ leaves DESCRIBE alone, as in Kafka: the reader still sees the topic.
+    assert "ledger" in admin_for(reader).list_topics(timeout=10).topics
+
+    client = admin_for(admin)
+    for future in client.delete_acls([EVERY_ACL], request_timeout=30).values():
+        future.result(30)
+    wait_until(lambda: fetch_error() == ErrorCode.none, 5, "the reader to read again")

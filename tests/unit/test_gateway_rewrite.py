@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from acl_store_stub import StubAclStore
 from shoal.gateway.access import TenantAccess
 from shoal.gateway.apis import (
     REWRITERS,
@@ -161,6 +162,7 @@ def context(
         lookups or StubLookups(),
         store or StubQuotaStore(),
         fetch_cap,
+        acl_store=StubAclStore(),
     )
 
 
@@ -1673,7 +1675,9 @@ def other_tenant_context(api_key: int, version: int) -> RequestContext:
     access = TenantAccess(
         OTHER_TENANT, "key-2", default_bindings(OTHER_TENANT, "key-2"), Quotas(), False
     )
-    return RequestContext(access, schema(api_key, version), StubLookups(), StubQuotaStore())
+    return RequestContext(
+        access, schema(api_key, version), StubLookups(), StubQuotaStore(), acl_store=StubAclStore()
+    )
 
 
 @pytest.mark.parametrize("version", [0, 5])

@@ -221,7 +221,30 @@ async function endOffsets(step) {
   }
 }
 
-const STEPS = { transactions, consume, transform, admin, endOffsets };
+// {create?: [acl], describe?: filter, delete?: [filter]}: KafkaJS's admin ACL calls,
+// in that order; each answers with KafkaJS's result, or {error: {type, message}}.
+async function acls(step) {
+  const admin = kafka.admin();
+  await admin.connect();
+  const results = {};
+  async function attempt(name, call) {
+    try {
+      results[name] = await call();
+    } catch (error) {
+      results[name] = { error: { type: error.type, message: error.message } };
+    }
+  }
+  try {
+    if (step.create) await attempt('created', () => admin.createAcls({ acl: step.create }));
+    if (step.describe) await attempt('described', () => admin.describeAcls(step.describe));
+    if (step.delete) await attempt('deleted', () => admin.deleteAcls({ filters: step.delete }));
+    return results;
+  } finally {
+    await admin.disconnect();
+  }
+}
+
+const STEPS = { transactions, consume, transform, admin, endOffsets, acls };
 
 (async () => {
   for (const step of spec.steps) {
