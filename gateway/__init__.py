@@ -14,7 +14,10 @@ Module map:
 * :mod:`~shoal.gateway.access` - one principal's view: ACL checks, namespace.
 * :mod:`~shoal.gateway.apis` - per-API rewriting (pure but for lookups).
 * :mod:`~shoal.gateway.acl_grants` - what a key may grant through CreateAcls.
-* :mod:`~shoal.gateway.quotas` - sampled byte rates (Kafka's) and the throttles they earn.
+* :mod:`~shoal.gateway.quotas` - each tenant's byte budgets: waits and throttles (pure).
+* :mod:`~shoal.gateway.admission` - holds requests until their tenant's budget lets them go.
+* :mod:`~shoal.gateway.quota_shares` - each replica's part of a tenant's quota (pure).
+* :mod:`~shoal.gateway.membership` - the replicas, and the traffic reports they exchange.
 * :mod:`~shoal.gateway.sasl` - the SASL/PLAIN exchange.
 * :mod:`~shoal.gateway.tenancy_view` - the tenancy records, polled from etcd.
 * :mod:`~shoal.gateway.cluster_view` - brokers and topic ids, learned from the brokers.

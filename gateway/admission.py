@@ -7,7 +7,13 @@ and each sees the charge of the one before it. Other tenants never queue here
 behind this one.
 
 While a request waits, its connection is not read: a tenant's clients are held
-back by TCP, and the gateway holds at most one request per connection.
+back by TCP, and the gateway holds at most one request per connection. The
+HTTP door does not wait (:meth:`Admission.try_produce`, :meth:`Admission.try_fetch`):
+it tells the client when to come back.
+
+Every request let through, and whether it waited, goes to the traffic ledger
+that splits the tenant's quota between gateway replicas
+(:mod:`shoal.gateway.quota_shares`).
 """
 
 from __future__ import annotations
@@ -16,43 +22,87 @@ import asyncio
 import time
 from collections.abc import Callable
 
+from shoal.gateway.quota_shares import TrafficLedger
 from shoal.gateway.quotas import FetchTicket, QuotaManager
+
+
+class QuotaWaitError(Exception):
+    """A request that may not go yet, and how long until it may (the HTTP door's 429)."""
+
+    def __init__(self, wait_s: float) -> None:
+        super().__init__(f"over the byte-rate quota for {wait_s:.3f} s")
+        self.wait_s = wait_s
 
 
 class Admission:
     """Waits out a tenant's quota before its produce and fetch requests are forwarded."""
 
-    def __init__(self, quotas: QuotaManager, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        quotas: QuotaManager,
+        traffic: TrafficLedger,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.quotas = quotas
+        self.traffic = traffic
         self._clock = clock
         self._produce_queues: dict[str, asyncio.Lock] = {}
         self._fetch_queues: dict[str, asyncio.Lock] = {}
 
     async def produce(self, tenant: str, nbytes: int, limit: float | None) -> int:
         """Wait until a produce of ``nbytes`` may go and charge it; its answer's throttle (ms)."""
-        if limit is None:
-            self.quotas.charge_produce(tenant, nbytes, None, self._clock())
-            return 0
+        if limit is None:  # and a lifted limit's debt is forgotten
+            return self.quotas.charge_produce(tenant, nbytes, None, self._clock())
+        waited = False
         async with _queue(self._produce_queues, tenant):
             # A deadline, not an event: the budget refills with time. Checked again
             # after the sleep, since the HTTP door charges the same budget unqueued.
-            while (wait := self.quotas.produce_wait_s(tenant, nbytes, limit, self._clock())) > 0:  # noqa: ASYNC110
+            while (wait := self.quotas.produce_wait_s(tenant, nbytes, limit, self._clock())) > 0:
+                waited = True
                 await asyncio.sleep(wait)
+            self.traffic.admitted("produce", tenant, nbytes, waited)
             return self.quotas.charge_produce(tenant, nbytes, limit, self._clock())
 
     async def fetch(self, tenant: str, limit: float | None) -> FetchTicket | None:
         """Wait until a fetch may go; its reservation (None when the tenant is unlimited)."""
         if limit is None:
             return self.quotas.fetch_admission(tenant, None, self._clock())
+        waited = False
         async with _queue(self._fetch_queues, tenant):
-            while (wait := self.quotas.fetch_wait_s(tenant, limit, self._clock())) > 0:  # noqa: ASYNC110
+            while (wait := self.quotas.fetch_wait_s(tenant, limit, self._clock())) > 0:
+                waited = True
                 await asyncio.sleep(wait)
+            self.traffic.admitted("fetch", tenant, 0, waited)
             return self.quotas.fetch_admission(tenant, limit, self._clock())
+
+    def try_produce(self, tenant: str, nbytes: int, limit: float | None) -> int:
+        """:meth:`produce` without waiting: QuotaWaitError if it may not go now."""
+        now = self._clock()
+        if limit is None:
+            return self.quotas.charge_produce(tenant, nbytes, None, now)
+        wait = self.quotas.produce_wait_s(tenant, nbytes, limit, now)
+        if wait > 0:
+            self.traffic.admitted("produce", tenant, 0, waited=True)
+            raise QuotaWaitError(wait)
+        self.traffic.admitted("produce", tenant, nbytes, waited=False)
+        return self.quotas.charge_produce(tenant, nbytes, limit, now)
+
+    def try_fetch(self, tenant: str, limit: float | None) -> FetchTicket | None:
+        """:meth:`fetch` without waiting: QuotaWaitError if it may not go now."""
+        now = self._clock()
+        if limit is None:
+            return self.quotas.fetch_admission(tenant, None, now)
+        wait = self.quotas.fetch_wait_s(tenant, limit, now)
+        if wait > 0:
+            self.traffic.admitted("fetch", tenant, 0, waited=True)
+            raise QuotaWaitError(wait)
+        return self.quotas.fetch_admission(tenant, limit, now)
 
     def fetched(self, ticket: FetchTicket | None, nbytes: int) -> int:
         """Settle a fetch with its answer's size; the throttle (ms) the answer carries."""
         if ticket is None:
             return 0
+        self.traffic.admitted("fetch", ticket.tenant, nbytes, waited=False)
         return self.quotas.settle_fetch(ticket, nbytes, self._clock())
 
 

@@ -33,6 +33,7 @@ from shoal.gateway.membership import GatewayMembership
 from shoal.gateway.metrics import GatewayMetrics, serve_gateway_metrics
 from shoal.gateway.oauth.authority import gateway_tokens
 from shoal.gateway.oauth.keystore import SigningKeyStore
+from shoal.gateway.quota_shares import QuotaShares, TrafficLedger
 from shoal.gateway.quotas import QuotaConfig, QuotaManager
 from shoal.gateway.session import ClientSession
 from shoal.gateway.tenancy_view import StoreAcls, StoreQuotas, TenancyView
@@ -131,6 +132,8 @@ class GatewayServices:
     cluster: ClusterView
     admission: Admission
     """Every tenant's byte budgets, and the waits in front of its produce and fetch requests."""
+    shares: QuotaShares
+    """This replica's part of each tenant's quotas."""
     membership: GatewayMembership
     quota_store: StoreQuotas
     acl_store: StoreAcls
@@ -189,13 +192,19 @@ class Gateway:
         config = self.config
         async with TenancyStore(config.etcd) as store, SigningKeyStore(config.etcd) as key_store:
             tenancy = TenancyView(store, config.tenancy_poll_interval_ms / 1000)
-            membership = GatewayMembership(config.etcd, config.gateway_id, config.membership_ttl_s)
+            traffic, shares = TrafficLedger(), QuotaShares(config.gateway_id)
+            membership = GatewayMembership(
+                config.etcd, config.gateway_id, config.membership_ttl_s, traffic, shares
+            )
             cluster = ClusterView(config.upstream_addresses())
             services = GatewayServices(
                 config=config,
                 tenancy=tenancy,
                 cluster=cluster,
-                admission=Admission(QuotaManager(QuotaConfig(window_s=config.quota_window_size_s))),
+                admission=Admission(
+                    QuotaManager(QuotaConfig(window_s=config.quota_window_size_s)), traffic
+                ),
+                shares=shares,
                 membership=membership,
                 quota_store=StoreQuotas(tenancy),
                 acl_store=StoreAcls(tenancy),

@@ -458,17 +458,17 @@ class ClientSession:
             raise _ClosedError("the key was revoked or its tenant deleted")
         tracing = services.tracing
         trace = None if tracing is None else tracing.request(header, api, access.tenant)
-        gateways = services.membership.count
+        shares = services.shares
         now = time.monotonic()
         throttle_ms = 0
         ticket: FetchTicket | None = None
         if header.api_key == PRODUCE:
-            limit = _share(access.quotas.producer_byte_rate, gateways)
+            limit = shares.share("produce", access.tenant, access.quotas.producer_byte_rate)
             throttle_ms = await services.admission.produce(access.tenant, len(frame), limit)
             services.usage.produced(access.tenant, len(frame), throttle_ms)
             self._mute(throttle_ms)
         elif header.api_key == FETCH:
-            limit = _share(access.quotas.consumer_byte_rate, gateways)
+            limit = shares.share("fetch", access.tenant, access.quotas.consumer_byte_rate)
             ticket = await services.admission.fetch(access.tenant, limit)
         ctx = RequestContext(
             access=access,
@@ -593,10 +593,6 @@ def _authenticated(api: ApiSchema, lifetime: timedelta) -> Any:
     return api.response(
         error_code=E.none, error_message=None, auth_bytes=b"", session_lifetime=lifetime
     )
-
-
-def _share(limit: float | None, gateways: int) -> float | None:
-    return None if limit is None else limit / max(1, gateways)
 
 
 def _throttled(response: Any, throttle_ms: int) -> Any:

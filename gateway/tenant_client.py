@@ -43,14 +43,15 @@ overlap up to the pool size per broker.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
-import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Final
 
 from shoal.gateway.access import TenantAccess
+from shoal.gateway.admission import QuotaWaitError
 from shoal.gateway.apis import REWRITERS
 from shoal.gateway.apis.base import Answer, Lookups, RequestContext
 from shoal.gateway.cluster_view import BrokerAddress
@@ -205,11 +206,6 @@ class HomeBrokers:
 
     def answered(self, tenant: str, node_id: int) -> None:
         self._home[tenant] = node_id
-
-
-def _share(limit: float | None, gateways: int) -> float | None:
-    """This gateway's part of a tenant-wide rate (as the Kafka door computes it)."""
-    return None if limit is None else limit / max(1, gateways)
 
 
 class TenantClient:
@@ -445,12 +441,11 @@ class TenantClient:
 
         Partitions whose leader moved are retried once with fresh metadata.
         """
-        quotas = self.services.admission.quotas
-        limit = _share(self.access.quotas.producer_byte_rate, self.services.membership.count)
+        tenant = self.access.tenant
+        limit = self.services.shares.share("produce", tenant, self.access.quotas.producer_byte_rate)
         nbytes = sum(len(batch) for batch in batches.values())
-        now = time.monotonic()
-        _refuse_for(quotas.produce_wait_s(self.access.tenant, nbytes, limit, now))
-        throttle_ms = quotas.charge_produce(self.access.tenant, nbytes, limit, now)
+        with _come_back_later():
+            throttle_ms = self.services.admission.try_produce(tenant, nbytes, limit)
         results: dict[int, PartitionProduced] = {}
         pending = dict(batches)
         for attempt in range(2):
@@ -566,11 +561,10 @@ class TenantClient:
 
     async def fetch(self, topic: str, partition: int, offset: int, max_bytes: int) -> Any:
         """One partition's Fetch answer (records as the broker stored them), from its leader."""
-        quotas = self.services.admission.quotas
-        limit = _share(self.access.quotas.consumer_byte_rate, self.services.membership.count)
-        now = time.monotonic()
-        _refuse_for(quotas.fetch_wait_s(self.access.tenant, limit, now))
-        ticket = quotas.fetch_admission(self.access.tenant, limit, now)
+        tenant = self.access.tenant
+        limit = self.services.shares.share("fetch", tenant, self.access.quotas.consumer_byte_rate)
+        with _come_back_later():
+            ticket = self.services.admission.try_fetch(tenant, limit)
         try:
             data = await self._fetch_from_leader(
                 topic, partition, offset, max_bytes, None if ticket is None else ticket.reserved
@@ -702,11 +696,14 @@ def _only(results: Iterable[Any], name: str, name_field: str = "name") -> Any:
     raise KafkaCallError(KafkaCode.unknown_server_error, f"the broker did not answer for {name!r}")
 
 
-def _refuse_for(wait_s: float) -> None:
+@contextlib.contextmanager
+def _come_back_later() -> Iterator[None]:
     """HTTP clients are told to come back (429, Retry-After) rather than held while their
     tenant's budget refills: a held HTTP request would tie up a connection and a worker."""
-    if wait_s > 0:
-        raise QuotaExceededError(math.ceil(wait_s * 1000))
+    try:
+        yield
+    except QuotaWaitError as exc:
+        raise QuotaExceededError(math.ceil(exc.wait_s * 1000)) from None
 
 
 async def _wait_out(throttle_ms: int) -> None:

@@ -9,7 +9,9 @@ from __future__ import annotations
 import asyncio
 import time
 
-from shoal.gateway.admission import Admission
+import pytest
+from shoal.gateway.admission import Admission, QuotaWaitError
+from shoal.gateway.quota_shares import TrafficLedger, parse_report
 from shoal.gateway.quotas import QuotaConfig, QuotaManager
 
 LIMIT = 100_000
@@ -17,7 +19,7 @@ SIZE = 1000
 
 
 def admission(window_s: float = 0.01) -> Admission:
-    return Admission(QuotaManager(QuotaConfig(window_s=window_s)))
+    return Admission(QuotaManager(QuotaConfig(window_s=window_s)), TrafficLedger())
 
 
 async def test_connections_of_one_tenant_are_let_through_in_arrival_order_at_the_limit() -> None:
@@ -63,3 +65,33 @@ async def test_a_fetch_waits_for_its_tenants_debt_and_is_charged_its_answer() ->
     assert time.monotonic() - started >= 0.18
     assert await gate.fetch("acme", None) is None
     assert gate.fetched(None, 20 * SIZE) == 0
+
+
+async def test_the_http_door_is_told_to_come_back_and_shares_the_budget() -> None:
+    gate = admission()
+    await gate.produce("acme", 2 * SIZE, LIMIT)  # the Kafka door spent the window and more
+    with pytest.raises(QuotaWaitError) as refused:
+        gate.try_produce("acme", SIZE, LIMIT)
+    assert refused.value.wait_s > 0
+    await asyncio.sleep(refused.value.wait_s)
+    assert gate.try_produce("acme", SIZE, LIMIT) >= 0
+    assert gate.try_fetch("acme", None) is None
+
+
+async def test_what_went_through_and_what_waited_is_reported_for_the_replicas() -> None:
+    gate = admission()
+    await gate.produce("acme", SIZE, LIMIT)
+    await gate.produce("acme", SIZE, LIMIT)
+    await gate.produce("acme", SIZE, LIMIT)  # waits
+    first = gate.try_fetch("acme", LIMIT)  # reserves the whole window
+    with pytest.raises(QuotaWaitError):
+        gate.try_fetch("acme", LIMIT)
+    gate.fetched(first, 0)
+    ticket = await gate.fetch("globex", LIMIT)
+    gate.fetched(ticket, 500)
+    report = parse_report(gate.traffic.report(period_s=2.0))
+    assert report["produce"]["acme"].rate == 3 * SIZE / 2
+    assert report["produce"]["acme"].waited
+    assert report["fetch"]["acme"].waited and report["fetch"]["acme"].rate == 0
+    assert not report["fetch"]["globex"].waited and report["fetch"]["globex"].rate == 250
+    assert parse_report(gate.traffic.report(period_s=1.0)) == {"produce": {}, "fetch": {}}

@@ -1,0 +1,182 @@
+"""Splitting a tenant's quota between gateway replicas, where its traffic is. Pure logic.
+
+A tenant's byte rates are for the whole service, but each gateway replica
+enforces its budget alone (:mod:`shoal.gateway.quotas`). So every second each
+replica reports, per tenant and direction, the bytes it let through in the
+last second and whether any of them had to wait (it wanted more than its
+share): :class:`TrafficLedger`. The reports travel through etcd with the
+replicas' membership (:mod:`shoal.gateway.membership`), and from the same
+reports every replica computes the same split (:func:`split_quota`), taking
+its own part:
+
+* a replica whose requests did not wait gets what it used plus a quarter
+  (:data:`HEADROOM`), and at least :data:`FLOOR` of an even share: it needs no
+  more, the headroom lets it grow, and when it grows past its share its
+  requests wait and it becomes one of the next kind;
+* what is left is split evenly between the replicas whose requests waited;
+* when none waited, what lies above the floors is split in proportion to
+  those amounts, so every replica has room to grow.
+
+A tenant whose clients all use one of two replicas so gets 97.5% of its quota
+there within a second or two, where an even split gave it half.
+
+Error bound: the parts sum to the quota when the replicas computed them from
+the same reports. Reports are read by each replica at its own moment, so for
+up to one round (a second) a replica may hold a part computed from reports a
+second older than another's: the sum is then off by at most what changed in
+that second. Each replica's bucket also lets a quiet tenant burst one window
+of its part, so over any span T a tenant gets at most ``quota * T`` plus two
+windows plus one round's change, however its connections are spread.
+
+Cost: one etcd put and one range read per replica per second, of a size
+proportional to the tenants with quotas and traffic there.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from typing import Final, Literal
+
+Direction = Literal["produce", "fetch"]
+DIRECTIONS: Final[tuple[Direction, ...]] = ("produce", "fetch")
+
+HEADROOM: Final = 1.25
+"""A replica that did not wait gets its last second's rate times this."""
+FLOOR: Final = 0.05
+"""...and at least this fraction of an even share, so a first request there is not starved."""
+
+
+@dataclass(frozen=True, slots=True)
+class Load:
+    """One replica's traffic for one tenant and direction over the last report."""
+
+    rate: float
+    """Bytes per second let through."""
+    waited: bool
+    """Whether any request had to wait (or, over HTTP, was told to come back)."""
+
+
+def split_quota(
+    quota: float, members: Collection[str], loads: Mapping[str, Load]
+) -> dict[str, float]:
+    """Each member's part of ``quota``; the parts sum to ``quota``, none is under the floor.
+
+    ``loads`` holds the members' last reports for one tenant and direction; a
+    member without one used nothing and did not wait. Reports of non-members
+    (gateways that went away) are ignored.
+    """
+    if not members:
+        return {}
+    floor = FLOOR * quota / len(members)
+    waiting = [m for m in members if m in loads and loads[m].waited]
+    wants = {
+        m: max(floor, HEADROOM * loads[m].rate if m in loads else 0.0)
+        for m in members
+        if m not in waiting
+    }
+    if not waiting:
+        return _above_floor(wants, quota, floor, exactly=True)
+    calm = _above_floor(wants, quota - len(waiting) * floor, floor, exactly=False)
+    rest = (quota - sum(calm.values())) / len(waiting)
+    return {**calm, **dict.fromkeys(waiting, rest)}
+
+
+def _above_floor(
+    wants: Mapping[str, float], budget: float, floor: float, exactly: bool
+) -> dict[str, float]:
+    """``wants`` (each at least ``floor``) fitted to ``budget``: what lies above the
+    floors is scaled, down when it does not fit, and with ``exactly`` also up to
+    fill the budget (evenly when no one wants more than the floor)."""
+    above = {m: w - floor for m, w in wants.items()}
+    spare = budget - floor * len(wants)
+    total = sum(above.values())
+    if total <= 0:
+        share = spare / len(wants) if exactly else 0.0
+        return {m: floor + share for m in wants}
+    if total <= spare and not exactly:
+        return dict(wants)
+    return {m: floor + spare * a / total for m, a in above.items()}
+
+
+class TrafficLedger:
+    """Bytes let through, and whether any request waited, per tenant and direction, since
+    the last :meth:`report`."""
+
+    __slots__ = ("_bytes", "_waited")
+
+    def __init__(self) -> None:
+        self._bytes: dict[tuple[Direction, str], int] = {}
+        self._waited: set[tuple[Direction, str]] = set()
+
+    def admitted(self, direction: Direction, tenant: str, nbytes: int, waited: bool) -> None:
+        key = (direction, tenant)
+        self._bytes[key] = self._bytes.get(key, 0) + nbytes
+        if waited:
+            self._waited.add(key)
+
+    def report(self, period_s: float) -> bytes:
+        """The traffic since the last report, as JSON for etcd; starts the next period."""
+        document: dict[str, dict[str, list[float | bool]]] = {d: {} for d in DIRECTIONS}
+        for (direction, tenant), nbytes in self._bytes.items():
+            document[direction][tenant] = [nbytes / period_s, (direction, tenant) in self._waited]
+        for direction, tenant in self._waited - self._bytes.keys():
+            document[direction][tenant] = [0.0, True]
+        self._bytes.clear()
+        self._waited.clear()
+        return json.dumps(document, separators=(",", ":")).encode()
+
+
+def parse_report(raw: bytes) -> dict[Direction, dict[str, Load]]:
+    """A replica's report; an empty or unreadable one (an older gateway's) reports nothing."""
+    try:
+        document = json.loads(raw) if raw else {}
+    except ValueError:
+        document = {}
+    return {
+        d: {tenant: Load(float(v[0]), bool(v[1])) for tenant, v in document.get(d, {}).items()}
+        for d in DIRECTIONS
+    }
+
+
+class QuotaShares:
+    """This replica's part of each tenant's quotas, from the latest round of reports."""
+
+    def __init__(self, gateway_id: str) -> None:
+        self.gateway_id = gateway_id
+        self._members: tuple[str, ...] = (gateway_id,)
+        self._loads: dict[Direction, dict[str, dict[str, Load]]] = {d: {} for d in DIRECTIONS}
+        self._parts: dict[tuple[Direction, str, float], float] = {}
+
+    def update(self, reports: Mapping[str, bytes]) -> None:
+        """Take a new round: every live replica's report, by gateway id (this one's included)."""
+        self._members = tuple(sorted(reports)) or (self.gateway_id,)
+        loads: dict[Direction, dict[str, dict[str, Load]]] = {d: {} for d in DIRECTIONS}
+        for member, raw in reports.items():
+            for direction, tenants in parse_report(raw).items():
+                for tenant, load in tenants.items():
+                    loads[direction].setdefault(tenant, {})[member] = load
+        self._loads = loads
+        self._parts.clear()
+
+    @property
+    def count(self) -> int:
+        return len(self._members)
+
+    def share(self, direction: Direction, tenant: str, quota: float | None) -> float | None:
+        """This replica's part of ``quota`` (None: unlimited)."""
+        if quota is None:
+            return None
+        key = (direction, tenant, quota)
+        part = self._parts.get(key)
+        if part is None:
+            members = (
+                self._members
+                if self.gateway_id in self._members
+                else (*self._members, self.gateway_id)
+            )
+            loads = self._loads[direction].get(tenant, {})
+            part = split_quota(quota, members, loads)[self.gateway_id]
+            self._parts[key] = part
+        return part
