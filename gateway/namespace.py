@@ -34,5 +34,17 @@ class Namespace:
         assert name is not None
         return name[len(self.prefix) :]
 
+    def outward_id(self, name: str | None) -> str | None:
+        """:meth:`outward` for a group or transactional id, which may be empty.
+
+        Kafka serves the empty group id (offsets of the old consumers that had
+        none) and an empty coordinator key like any other, so a tenant's ``""``
+        is ``acme.`` on the brokers and comes back as ``""``. Topic names are
+        never empty, so :meth:`outward` does not map the bare prefix.
+        """
+        if name == self.prefix:
+            return ""
+        return self.outward(name)
+
     def owns(self, name: str | None) -> bool:
         return name is not None and name.startswith(self.prefix) and len(name) > len(self.prefix)

@@ -105,8 +105,7 @@ async def _lookup(
         topic_name, index = OFFSETS_TOPIC, services.groups.partition_of(key)
         problem = await ensure_offsets_topic(services)
     elif key_type == TRANSACTION:
-        if not key:
-            return E.invalid_request, "The transactional id is empty.", -1, "", -1
+        # An empty id has a coordinator too, as in Kafka; InitProducerId refuses it.
         topic_name, index = TXN_TOPIC, services.transactions.partition_of(key)
         problem = await ensure_transaction_state_topic(services)
     else:

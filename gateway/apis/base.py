@@ -156,11 +156,11 @@ def rename_topics(entities: Any, ns: Namespace) -> tuple[Any, ...]:
         name = ns.outward(broker_name)
         if name is None:
             continue
-        out.append(_scrubbed(replace(entity, **{key: name}), broker_name, name))
+        out.append(scrubbed(replace(entity, **{key: name}), broker_name, name))
     return tuple(out)
 
 
-def _scrubbed(entity: Any, broker_name: str, name: str) -> Any:
+def scrubbed(entity: Any, broker_name: str, name: str) -> Any:
     """The entity with the brokers' name replaced by the tenant's in its error messages.
 
     "Topic 'acme.orders' already exists": the tenant knows it as 'orders'.
@@ -173,5 +173,5 @@ def _scrubbed(entity: Any, broker_name: str, name: str) -> Any:
     for nested in ("partition_responses", "partitions"):
         children = getattr(entity, nested, None)
         if children and has_field(children[0], "error_message"):
-            changes[nested] = tuple(_scrubbed(c, broker_name, name) for c in children)
+            changes[nested] = tuple(scrubbed(c, broker_name, name) for c in children)
     return replace(entity, **changes) if changes else entity

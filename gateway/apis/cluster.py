@@ -194,7 +194,7 @@ async def find_coordinator(ctx: RequestContext, request: Any) -> Step:
     def finish(response: Any) -> Any:
         found = []
         for coordinator in response.coordinators:
-            key = ns.outward(coordinator.key)
+            key = ns.outward_id(coordinator.key)
             if key is None:
                 continue
             address = ctx.lookups.gateway_address(coordinator.node_id)

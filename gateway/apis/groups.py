@@ -198,7 +198,7 @@ def _offset_fetch_groups(ctx: RequestContext, request: Any) -> Step:
     def finish(response: Any) -> Any:
         groups = []
         for group in response.groups:
-            group_id = ns.outward(group.group_id)
+            group_id = ns.outward_id(group.group_id)
             if group_id is None:
                 continue
             topics = _visible_topics(ctx, group.topics) + refusals_by_group.get(group.group_id, ())
@@ -280,7 +280,7 @@ async def describe_groups(ctx: RequestContext, request: Any) -> Step:
     def finish(response: Any) -> Any:
         groups = []
         for group in response.groups:
-            group_id = ns.outward(group.group_id)
+            group_id = ns.outward_id(group.group_id)
             if group_id is None:
                 continue
             changes: dict[str, Any] = {"group_id": group_id}
@@ -300,7 +300,7 @@ async def list_groups(ctx: RequestContext, request: Any) -> Step:
     def finish(response: Any) -> Any:
         groups = []
         for group in response.groups:
-            group_id = ns.outward(group.group_id)
+            group_id = ns.outward_id(group.group_id)
             if group_id is not None and access.may_group(group_id, Operation.DESCRIBE):
                 groups.append(replace(group, group_id=group_id))
         return replace(response, groups=tuple(groups))
@@ -328,7 +328,7 @@ async def delete_groups(ctx: RequestContext, request: Any) -> Step:
     def finish(response: Any) -> Any:
         results = []
         for result in response.results:
-            group_id = ns.outward(result.group_id)
+            group_id = ns.outward_id(result.group_id)
             if group_id is not None:
                 results.append(replace(result, group_id=group_id))
         return replace(response, results=tuple(results) + tuple(refusals))

@@ -29,6 +29,7 @@ from shoal.gateway.apis.base import (
     Step,
     rename_topics,
     replace,
+    scrubbed,
 )
 from shoal.tenancy.model import Operation
 
@@ -244,7 +245,8 @@ def _configs(
         for result in getattr(response, results):
             name = ns.outward(result.resource_name)
             if name is not None:
-                mine.append(replace(result, resource_name=name))
+                renamed = replace(result, resource_name=name)
+                mine.append(scrubbed(renamed, result.resource_name, name))
         return replace(response, **{results: tuple(mine) + tuple(refusals)})
 
     return Forward(replace(request, resources=tuple(allowed)), finish)

@@ -36,6 +36,10 @@ async def init_producer_id(ctx: RequestContext, request: Any) -> Step:
             if ctx.access.may_cluster(Operation.IDEMPOTENT_WRITE)
             else (E.cluster_authorization_failed)
         )
+    elif not txn:
+        # As the brokers (and Kafka) answer it: a tenant's "" would reach them as
+        # the non-empty "<tenant>.".
+        refusal = E.invalid_request
     else:
         refusal = (
             None
@@ -174,7 +178,7 @@ async def describe_transactions(ctx: RequestContext, request: Any) -> Step:
     def finish(response: Any) -> Any:
         states = []
         for state in response.transaction_states:
-            transactional_id = ns.outward(state.transactional_id)
+            transactional_id = ns.outward_id(state.transactional_id)
             if transactional_id is None:
                 continue
             topics = tuple(
@@ -195,7 +199,7 @@ async def list_transactions(ctx: RequestContext, request: Any) -> Step:
     def finish(response: Any) -> Any:
         states = []
         for state in response.transaction_states:
-            transactional_id = ns.outward(state.transactional_id)
+            transactional_id = ns.outward_id(state.transactional_id)
             if transactional_id is not None and access.may_transaction(
                 transactional_id, Operation.DESCRIBE
             ):

@@ -1119,7 +1119,8 @@ async def test_list_groups_shows_only_the_tenants_describable_groups(version: in
         ),
     )
     response = finished(api, step, broker)
-    assert [g.group_id for g in response.groups] == ["billing"]
+    # "acme." is the tenant's empty group id, which Kafka lists like any other.
+    assert [g.group_id for g in response.groups] == ["billing", ""]
 
 
 def described_group(api: ApiSchema, group_id: str) -> Any:
@@ -1510,6 +1511,38 @@ async def test_describe_configs_forwards_the_tenants_topics_beside_a_refused_bro
         "orders": ErrorCode.none,
         "0": ErrorCode.cluster_authorization_failed,
     }
+
+
+async def test_config_errors_name_the_tenants_topic_not_the_brokers() -> None:
+    ctx = context(44, 1)
+    api = ctx.api
+    request = api.request(
+        resources=(
+            api.make_request(
+                "AlterConfigsResource",
+                resource_type=TOPIC_RESOURCE,
+                resource_name="secret",
+                configs=(),
+            ),
+        ),
+        validate_only=False,
+    )
+    step = await topics.incremental_alter_configs(ctx, request)
+    broker = api.response(
+        throttle_time=NO_THROTTLE,
+        responses=(
+            api.make(
+                "AlterConfigsResourceResponse",
+                error_code=ErrorCode.invalid_config,
+                error_message="Invalid value -2 for retention.ms of topic 'acme.secret'",
+                resource_type=TOPIC_RESOURCE,
+                resource_name="acme.secret",
+            ),
+        ),
+    )
+    [result] = finished(api, step, broker).responses
+    assert result.resource_name == "secret"
+    assert result.error_message == "Invalid value -2 for retention.ms of topic 'secret'"
 
 
 # Client quotas
@@ -2268,3 +2301,66 @@ async def test_delete_records_never_reaches_another_tenants_topic() -> None:
     assert [t.name for t in broker_receives(ctx.api, step).topics] == ["acme.globex.payments"]
     response = finished(ctx.api, step, delete_records_response(ctx.api, ["globex.payments"]))
     assert response.topics == ()
+
+
+# Empty group and transactional ids, which Kafka serves like any other
+
+
+async def test_find_coordinator_v4_answers_an_empty_key_as_the_tenants_own() -> None:
+    ctx = context(10, 4)
+    api = ctx.api
+    step = await cluster.find_coordinator(ctx, api.request(key_type=0, coordinator_keys=("",)))
+    assert broker_receives(api, step).coordinator_keys == ("acme.",)
+    broker = api.response(
+        throttle_time=NO_THROTTLE,
+        coordinators=(
+            api.make(
+                "Coordinator",
+                key="acme.",
+                node_id=2,
+                host="broker-2.internal",
+                port=9092,
+                error_code=ErrorCode.none,
+                error_message=None,
+            ),
+        ),
+    )
+    [found] = finished(api, step, broker).coordinators
+    assert (found.key, found.error_code, found.host) == ("", ErrorCode.none, "gw")
+
+
+async def test_offset_fetch_v9_answers_an_empty_group_id_in_its_entry() -> None:
+    ctx = context(9, 9)
+    api = ctx.api
+    request = api.request(
+        groups=(api.make_request("OffsetFetchRequestGroup", group_id="", topics=None),),
+        require_stable=False,
+    )
+    step = await groups.offset_fetch(ctx, request)
+    assert [g.group_id for g in broker_receives(api, step).groups] == ["acme."]
+    broker = api.response(
+        throttle_time=NO_THROTTLE,
+        groups=(
+            api.make(
+                "OffsetFetchResponseGroup",
+                group_id="acme.",
+                topics=(),
+                error_code=ErrorCode.coordinator_load_in_progress,
+            ),
+        ),
+    )
+    [group] = finished(api, step, broker).groups
+    assert (group.group_id, group.error_code) == ("", ErrorCode.coordinator_load_in_progress)
+
+
+async def test_init_producer_id_refuses_an_empty_transactional_id_as_the_brokers_do() -> None:
+    ctx = context(22, 4)
+    request = ctx.api.request(
+        transactional_id="",
+        transaction_timeout=datetime.timedelta(seconds=60),
+        producer_id=-1,
+        producer_epoch=-1,
+    )
+    step = await transactions.init_producer_id(ctx, request)
+    assert isinstance(step, Answer)
+    assert step.response.error_code == ErrorCode.invalid_request

@@ -240,12 +240,15 @@ async def test_find_coordinator_of_a_transactional_id_is_its_partitions_leader()
     assert (response.error_code, response.node_id, response.port) == (E.none, 0, 9092)
 
 
-async def test_find_coordinator_of_an_empty_transactional_id_is_an_invalid_request() -> None:
+async def test_an_empty_transactional_id_has_a_coordinator_as_in_kafka() -> None:
+    # Kafka 4.3 answers FindCoordinator for "" with a coordinator; InitProducerId
+    # then refuses the empty id (test_txn_coordinator).
     ctx = context(10, 4)
     request = ctx.api.request(key_type=TRANSACTION, coordinator_keys=("",))
-    response = await handle_find_coordinator(services(FakeTransactions()), ctx, request)
+    fake = FakeTransactions()
+    response = await handle_find_coordinator(services(fake, {"t": 1, TXN_TOPIC: 3}), ctx, request)
     encode(ctx, response)
-    assert response.coordinators[0].error_code is E.invalid_request
+    assert (response.coordinators[0].error_code, response.coordinators[0].node_id) == (E.none, 0)
 
 
 async def test_describe_transactions_answers_per_id() -> None:
