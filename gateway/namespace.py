@@ -35,12 +35,13 @@ class Namespace:
         return name[len(self.prefix) :]
 
     def outward_id(self, name: str | None) -> str | None:
-        """:meth:`outward` for a group or transactional id, which may be empty.
+        """:meth:`outward` for a group id or coordinator key, which may be empty.
 
         Kafka serves the empty group id (offsets of the old consumers that had
-        none) and an empty coordinator key like any other, so a tenant's ``""``
-        is ``acme.`` on the brokers and comes back as ``""``. Topic names are
-        never empty, so :meth:`outward` does not map the bare prefix.
+        none) and finds a coordinator for an empty key like any other, so a
+        tenant's ``""`` is ``acme.`` on the brokers and comes back as ``""``.
+        Topic names and transactional ids are never empty (InitProducerId
+        refuses ``""``), so :meth:`outward` does not map the bare prefix.
         """
         if name == self.prefix:
             return ""

@@ -178,7 +178,7 @@ async def describe_transactions(ctx: RequestContext, request: Any) -> Step:
     def finish(response: Any) -> Any:
         states = []
         for state in response.transaction_states:
-            transactional_id = ns.outward_id(state.transactional_id)
+            transactional_id = ns.outward(state.transactional_id)
             if transactional_id is None:
                 continue
             topics = tuple(
@@ -199,7 +199,7 @@ async def list_transactions(ctx: RequestContext, request: Any) -> Step:
     def finish(response: Any) -> Any:
         states = []
         for state in response.transaction_states:
-            transactional_id = ns.outward_id(state.transactional_id)
+            transactional_id = ns.outward(state.transactional_id)
             if transactional_id is not None and access.may_transaction(
                 transactional_id, Operation.DESCRIBE
             ):
