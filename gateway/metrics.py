@@ -106,6 +106,11 @@ class GatewayMetrics:
             "Refused logins: bad SASL credentials (kafka) or 401 answers (http).",
             ("door",),
         )
+        self.limit_refusals = LabeledCounter(
+            "shoal_gateway_limit_refusals",
+            "Requests or connections of a tenant refused for a limit, by limit.",
+            ("tenant", "limit"),
+        )
         self._api_names: dict[type[Any], str] = {}
         self.group_lag = GroupLagReport()
 
@@ -141,6 +146,9 @@ class GatewayMetrics:
     def authentication_failed(self, door: str) -> None:
         self.auth_failures.inc((door,))
 
+    def limit_refused(self, tenant: str, limit: str) -> None:
+        self.limit_refusals.inc((tenant, limit))
+
     def http_answered(self, route: str, method: str, status: int, seconds: float) -> None:
         method = method if method in _METHODS else "other"
         self.http_requests.inc((route, method, f"{status // 100}xx"))
@@ -166,6 +174,7 @@ class GatewayCollector(Collector):
         yield metrics.http_requests.family()
         yield metrics.http_latency.family()
         yield metrics.auth_failures.family()
+        yield metrics.limit_refusals.family()
         yield from metrics.group_lag.families()
 
 

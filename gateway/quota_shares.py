@@ -37,7 +37,7 @@ from __future__ import annotations
 import json
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 Direction = Literal["produce", "fetch"]
 DIRECTIONS: Final[tuple[Direction, ...]] = ("produce", "fetch")
@@ -102,13 +102,24 @@ def _above_floor(
 
 class TrafficLedger:
     """Bytes let through, and whether any request waited, per tenant and direction, since
-    the last :meth:`report`."""
+    the last :meth:`report`; and each tenant's open Kafka connections here."""
 
-    __slots__ = ("_bytes", "_waited")
+    __slots__ = ("_bytes", "_waited", "connections")
 
     def __init__(self) -> None:
         self._bytes: dict[tuple[Direction, str], int] = {}
         self._waited: set[tuple[Direction, str]] = set()
+        self.connections: dict[str, int] = {}
+
+    def connected(self, tenant: str) -> None:
+        self.connections[tenant] = self.connections.get(tenant, 0) + 1
+
+    def disconnected(self, tenant: str) -> None:
+        left = self.connections.get(tenant, 0) - 1
+        if left > 0:
+            self.connections[tenant] = left
+        else:
+            self.connections.pop(tenant, None)
 
     def admitted(self, direction: Direction, tenant: str, nbytes: int, waited: bool) -> None:
         key = (direction, tenant)
@@ -118,26 +129,37 @@ class TrafficLedger:
 
     def report(self, period_s: float) -> bytes:
         """The traffic since the last report, as JSON for etcd; starts the next period."""
-        document: dict[str, dict[str, list[float | bool]]] = {d: {} for d in DIRECTIONS}
+        document: dict[str, Any] = {d: {} for d in DIRECTIONS}
         for (direction, tenant), nbytes in self._bytes.items():
             document[direction][tenant] = [nbytes / period_s, (direction, tenant) in self._waited]
         for direction, tenant in self._waited - self._bytes.keys():
             document[direction][tenant] = [0.0, True]
+        document["connections"] = self.connections
         self._bytes.clear()
         self._waited.clear()
         return json.dumps(document, separators=(",", ":")).encode()
 
 
 def parse_report(raw: bytes) -> dict[Direction, dict[str, Load]]:
-    """A replica's report; an empty or unreadable one (an older gateway's) reports nothing."""
-    try:
-        document = json.loads(raw) if raw else {}
-    except ValueError:
-        document = {}
+    """A replica's traffic; an empty or unreadable report (an older gateway's) has none."""
+    document = _document(raw)
     return {
         d: {tenant: Load(float(v[0]), bool(v[1])) for tenant, v in document.get(d, {}).items()}
         for d in DIRECTIONS
     }
+
+
+def parse_connections(raw: bytes) -> dict[str, int]:
+    """A replica's open connections per tenant, from its report."""
+    return {t: int(n) for t, n in _document(raw).get("connections", {}).items()}
+
+
+def _document(raw: bytes) -> dict[str, Any]:
+    try:
+        document = json.loads(raw) if raw else {}
+    except ValueError:
+        return {}
+    return document if isinstance(document, dict) else {}
 
 
 class QuotaShares:
@@ -148,6 +170,7 @@ class QuotaShares:
         self._members: tuple[str, ...] = (gateway_id,)
         self._loads: dict[Direction, dict[str, dict[str, Load]]] = {d: {} for d in DIRECTIONS}
         self._parts: dict[tuple[Direction, str, float], float] = {}
+        self._connections_elsewhere: dict[str, int] = {}
 
     def update(self, reports: Mapping[str, bytes]) -> None:
         """Take a new round: every live replica's report, by gateway id (this one's included)."""
@@ -159,6 +182,16 @@ class QuotaShares:
                     loads[direction].setdefault(tenant, {})[member] = load
         self._loads = loads
         self._parts.clear()
+        elsewhere: dict[str, int] = {}
+        for member, raw in reports.items():
+            if member != self.gateway_id:
+                for tenant, count in parse_connections(raw).items():
+                    elsewhere[tenant] = elsewhere.get(tenant, 0) + count
+        self._connections_elsewhere = elsewhere
+
+    def connections_elsewhere(self, tenant: str) -> int:
+        """The tenant's open connections on the other replicas, as of the last round."""
+        return self._connections_elsewhere.get(tenant, 0)
 
     @property
     def count(self) -> int:

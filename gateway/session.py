@@ -156,6 +156,8 @@ class ClientSession:
         self._upstream_reader: asyncio.Task[None] | None = None
         self._muted_until = 0.0
         self._task: asyncio.Task[None] | None = None
+        self._counted_for: str | None = None
+        """The tenant this connection counts against (its connection limit)."""
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -196,6 +198,8 @@ class ClientSession:
     async def _shutdown(self, writer_task: asyncio.Task[None]) -> None:
         if self.key_id is not None:
             self.services.sessions_by_key.get(self.key_id, set()).discard(self)
+        if self._counted_for is not None:
+            self.services.admission.traffic.disconnected(self._counted_for)
         if self._upstream_reader is not None:
             self._upstream_reader.cancel()
         for pending in self._pending:
@@ -269,6 +273,7 @@ class ClientSession:
                     # Kafka header, and success is answered with an empty frame.
                     try:
                         login = await self._login(body.mechanism, await self._read_frame())
+                        self._count_connection(login)
                     except _LoginRefusedError:
                         await asyncio.sleep(_FAILED_AUTH_DELAY_S)
                         raise _ClosedError("authentication failed") from None
@@ -282,6 +287,7 @@ class ClientSession:
             else:
                 try:
                     login = await self._login(mechanism, body.auth_bytes)
+                    self._count_connection(login)
                 except _LoginRefusedError as exc:
                     await self._refuse(header, api, str(exc))
                     raise _ClosedError("authentication failed") from None
@@ -327,6 +333,24 @@ class ClientSession:
             login.key_id,
             lifetime.total_seconds(),
         )
+
+    def _count_connection(self, login: _Login) -> None:
+        """Count this connection against its tenant's limit, or refuse it when the tenant
+        is at the limit over every replica (their counts as of the last round)."""
+        access = login.rights()
+        traffic = self.services.admission.traffic
+        limit = None if access is None else access.quotas.max_connections
+        if limit is not None:
+            held = traffic.connections.get(login.tenant, 0)
+            held += self.services.shares.connections_elsewhere(login.tenant)
+            if held >= limit:
+                self.services.metrics.limit_refused(login.tenant, "connections")
+                raise _LoginRefusedError(
+                    f"tenant {login.tenant!r} already has {held} connections, its limit"
+                    " (maxConnections); close some or ask for a higher limit"
+                )
+        traffic.connected(login.tenant)
+        self._counted_for = login.tenant
 
     def _tenant(self) -> str | None:
         access = self._rights()

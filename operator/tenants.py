@@ -177,7 +177,10 @@ def _quotas(quotas: Mapping[str, Any]) -> Quotas:
         return value
 
     return Quotas(
-        limit("producerByteRate", 1), limit("consumerByteRate", 1), limit("maxPartitions", 0)
+        limit("producerByteRate", 1),
+        limit("consumerByteRate", 1),
+        limit("maxPartitions", 0),
+        limit("maxConnections", 1),
     )
 
 

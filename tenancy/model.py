@@ -144,6 +144,8 @@ class Quotas:
     producer_byte_rate: float | None = None
     consumer_byte_rate: float | None = None
     max_partitions: int | None = None
+    max_connections: int | None = None
+    """Open Kafka connections over all gateway replicas; more are refused at login."""
 
 
 @dataclass(frozen=True, slots=True)

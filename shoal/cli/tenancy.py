@@ -409,6 +409,10 @@ def quota_set(
     max_partitions: Annotated[
         int | None, typer.Option(help="Most partitions over all the tenant's topics.", min=0)
     ] = None,
+    max_connections: Annotated[
+        int | None,
+        typer.Option(help="Most open Kafka connections over all gateway replicas.", min=1),
+    ] = None,
     clear: Annotated[bool, typer.Option(help="Remove every limit first.")] = False,
     output: OutputOption = "table",
 ) -> None:
@@ -420,6 +424,7 @@ def quota_set(
             producer_byte_rate if producer_byte_rate is not None else current.producer_byte_rate,
             consumer_byte_rate if consumer_byte_rate is not None else current.consumer_byte_rate,
             max_partitions if max_partitions is not None else current.max_partitions,
+            max_connections if max_connections is not None else current.max_connections,
         )
         return await store.set_quotas(tenant, quotas)
 
@@ -436,4 +441,5 @@ def quota_show(tenant: str, etcd: EtcdOption, output: OutputOption = "table") ->
     table.add_row("produce bytes/s", _limit(q.producer_byte_rate))
     table.add_row("consume bytes/s", _limit(q.consumer_byte_rate))
     table.add_row("max partitions", _limit(q.max_partitions))
+    table.add_row("max connections", _limit(q.max_connections))
     _emit(output, {"tenant": tenant, **asdict(q)}, table)

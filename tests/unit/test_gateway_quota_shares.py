@@ -97,3 +97,20 @@ def test_a_replica_alone_or_not_yet_in_the_round_takes_its_even_part() -> None:
 def test_an_unreadable_report_reports_nothing() -> None:
     assert parse_report(b"not json") == {"produce": {}, "fetch": {}}
     assert parse_report(b"") == {"produce": {}, "fetch": {}}
+
+
+def test_open_connections_are_reported_and_counted_on_the_other_replicas() -> None:
+    here, there = TrafficLedger(), TrafficLedger()
+    for _ in range(3):
+        here.connected("acme")
+    here.disconnected("acme")
+    there.connected("acme")
+    there.connected("globex")
+    shares = QuotaShares("here")
+    shares.update({"here": here.report(1.0), "there": there.report(1.0)})
+    assert here.connections == {"acme": 2}
+    assert shares.connections_elsewhere("acme") == 1
+    assert shares.connections_elsewhere("globex") == 1
+    assert shares.connections_elsewhere("initech") == 0
+    there.disconnected("globex")
+    assert "globex" not in there.connections
