@@ -3,7 +3,7 @@
 The handlers (:mod:`shoal.operator.handlers`) call these in order on every
 create, update and resume: :func:`drain` when the broker count goes down
 (partitions move off the leaving brokers before their pods go),
-:func:`apply_children` (the builders' manifests, merge-patched), :func:`spread`
+:func:`apply_children` (the builders' manifests, server-side applied), :func:`spread`
 when it went up (partitions move onto the new brokers once they have joined),
 :func:`roll_brokers` (each broker pod whose template hash is out of date, one
 at a time, each only when the cluster says it is safe), and :func:`observe`

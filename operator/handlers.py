@@ -43,7 +43,7 @@ from shoal.operator.cluster_spec import ClusterSpec
 from shoal.operator.context import Intervals, OperatorContext, context_of
 from shoal.operator.endpoints import ClusterEndpoints
 from shoal.operator.kafka_admin import ClusterAdmin, KafkaAdminError
-from shoal.operator.kube import KubeClient, KubeError
+from shoal.operator.kube import GROUP, VERSION, KubeClient, KubeError
 from shoal.operator.pods import PodNotBack
 from shoal.operator.rebalance import ReassignmentImpossible, ReassignmentTimeoutError
 from shoal.operator.roller import RollBlocked, RollStalled
@@ -60,8 +60,6 @@ from shoal.tenancy.store import TenancyStore, TenancyStoreError
 
 log = logging.getLogger(__name__)
 
-GROUP: Final = "shoal.dev"
-VERSION: Final = "v1alpha1"
 API_VERSION: Final = f"{GROUP}/{VERSION}"
 
 

@@ -22,6 +22,17 @@ rely on and kmock 0.8 does not do:
 * ``labelSelector`` on lists (equality and existence terms);
 * a Secret's ``stringData`` stored base64-encoded in ``data``, as the API
   server stores it;
+* server-side apply (``application/apply-patch+yaml``, ``fieldManager``,
+  ``force``) and field ownership, in ``metadata.managedFields``: every write
+  makes its manager (``fieldManager``, else the User-Agent's product) the
+  owner of the fields it changed; an apply makes the manager own exactly the
+  fields it sent, removes those it applied last time and not now unless
+  another manager owns them too, and answers 409 Conflict when it would
+  change a field another manager owns, unless forced (then it takes the
+  field over). Simplified: every list is atomic (the API server merges
+  associative lists, such as containers, env or ports, item by item by key),
+  and an apply with stringData owns the ``data`` keys it becomes. A write
+  that changes ``managedFields`` itself sets the owners as it says;
 * a short request log: kmock scans every recorded request on each new one,
   which grows quadratic over a module of operator tests (``deletions`` keeps
   the order of deletions, which tests look back at).
@@ -57,6 +68,27 @@ CRD_DIR = Path(__file__).resolve().parent.parent / "k8s" / "crds"
 VERBS = {"create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"}
 WRITES = {enums.action.CREATE, enums.action.UPDATE, enums.action.DELETE}
 KEPT_REQUESTS = 100
+APPLY_PATCH = "application/apply-patch+yaml"
+
+FieldPath = tuple[str, ...]
+"""A field of an object: its map keys from the root (lists are atomic here)."""
+Manager = tuple[str, str, str]
+"""(manager, operation Apply or Update, subresource or ""): one managedFields entry."""
+SERVER_FIELDS: frozenset[FieldPath] = frozenset(
+    {
+        ("apiVersion",),
+        ("kind",),
+        ("metadata", "name"),
+        ("metadata", "namespace"),
+        ("metadata", "uid"),
+        ("metadata", "resourceVersion"),
+        ("metadata", "generation"),
+        ("metadata", "creationTimestamp"),
+        ("metadata", "deletionTimestamp"),
+        ("metadata", "managedFields"),
+    }
+)
+"""Fields nobody owns: identity, and what the server itself sets."""
 
 
 def _plain(value: Any) -> Any:
@@ -116,6 +148,92 @@ def _merged(base: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]
     return result
 
 
+_ABSENT = object()
+
+
+def _leaves(obj: Mapping[str, Any], prefix: FieldPath = ()) -> dict[FieldPath, Any]:
+    """Every owned field of ``obj`` with its value: scalars, lists and empty maps."""
+    found: dict[FieldPath, Any] = {}
+    for key, value in obj.items():
+        path = (*prefix, key)
+        if path in SERVER_FIELDS:
+            continue
+        if isinstance(value, Mapping) and value:
+            found.update(_leaves(value, path))
+        else:
+            found[path] = value
+    return found
+
+
+def _overlaps(path: FieldPath, other: FieldPath) -> bool:
+    """One field is the other or holds it."""
+    shorter = min(len(path), len(other))
+    return path[:shorter] == other[:shorter]
+
+
+def _value_at(obj: Mapping[str, Any], path: FieldPath) -> Any:
+    for key in path:
+        if not isinstance(obj, Mapping) or key not in obj:
+            return _ABSENT
+        obj = obj[key]
+    return obj
+
+
+def _set_at(obj: dict[str, Any], path: FieldPath, value: Any) -> None:
+    for key in path[:-1]:
+        if not isinstance(obj.get(key), dict):
+            obj[key] = {}
+        obj = obj[key]
+    obj[path[-1]] = copy.deepcopy(value)
+
+
+def _remove_at(obj: dict[str, Any], path: FieldPath) -> None:
+    """Remove a field, and the maps it leaves empty (as the API server prunes them)."""
+    parents = [obj]
+    for key in path[:-1]:
+        child = parents[-1].get(key)
+        if not isinstance(child, dict):
+            return
+        parents.append(child)
+    parents[-1].pop(path[-1], None)
+    for depth in range(len(path) - 1, 0, -1):
+        if parents[depth]:
+            break
+        parents[depth - 1].pop(path[depth - 1])
+
+
+def _fields_v1(paths: set[FieldPath]) -> dict[str, Any]:
+    """The managedFields ``fieldsV1`` tree of a set of fields (``f:`` keys)."""
+    tree: dict[str, Any] = {}
+    for path in paths:
+        node = tree
+        for key in path:
+            node = node.setdefault(f"f:{key}", {})
+    return tree
+
+
+def _paths_of(tree: Mapping[str, Any], prefix: FieldPath = ()) -> set[FieldPath]:
+    """The fields a ``fieldsV1`` tree names (the inverse of :func:`_fields_v1`)."""
+    found: set[FieldPath] = set()
+    for key, below in tree.items():
+        if key.startswith("f:"):
+            path = (*prefix, key[2:])
+            found |= _paths_of(below, path) if below else {path}
+    return found
+
+
+def _owners_of(entries: list[Mapping[str, Any]]) -> dict[Manager, set[FieldPath]]:
+    return {
+        (e["manager"], e["operation"], e.get("subresource", "")): _paths_of(e.get("fieldsV1") or {})
+        for e in entries
+    }
+
+
+def _header(request: rendering.Request, name: str) -> str:
+    wanted = name.lower()
+    return next((v for k, v in request.headers.items() if k.lower() == wanted), "")
+
+
 def _encode_string_data(resource: kmock.resource, body: dict[str, Any]) -> dict[str, Any]:
     """Move a Secret's stringData into data (base64); in a merge-patch body or a new object."""
     if resource != kmock.resource("v1/secrets") or not body.get("stringData"):
@@ -150,6 +268,10 @@ class FakeKubeApi(KubernetesEmulator):
 
     deletions: list[tuple[str, str | None, str | None]] = attrs.field(factory=list, init=False)
     """(plural, namespace, name) of every object deleted, in order."""
+    _owners: dict[tuple[kmock.resource, str | None, str], dict[Manager, set[FieldPath]]] = (
+        attrs.field(factory=dict, init=False)
+    )
+    """Who owns which fields of each object (rendered into its metadata.managedFields)."""
     _version: int = attrs.field(default=0, init=False)
     _write_lock: asyncio.Lock = attrs.field(factory=asyncio.Lock, init=False)
 
@@ -222,24 +344,23 @@ class FakeKubeApi(KubernetesEmulator):
         assert request.resource is not None
         has_status = self._has_status(request.resource)
         if request.action == enums.action.CREATE:
-            data = copy.deepcopy(request.data or {})
-            metadata = data.setdefault("metadata", {})
-            metadata.update(
-                uid=str(uuid.uuid4()),
-                creationTimestamp=_now(),
-                generation=1,
-                resourceVersion=self._next_version(),
-            )
-            if request.namespace:
-                metadata["namespace"] = request.namespace
-            if has_status:
-                data.pop("status", None)
-            return _encode_string_data(request.resource, data)
+            data = _encode_string_data(request.resource, copy.deepcopy(request.data or {}))
+            return self._created(request, data, (self._manager(request), "Update", ""))
 
         current = self._current(request)
-        if current is None:
+        if request.action == enums.action.UPDATE and _header(request, "Content-Type").startswith(
+            APPLY_PATCH
+        ):
+            applied = self._applied(request, current)
+            if current is None:
+                # An apply creates what does not exist yet.
+                object.__setattr__(request, "action", enums.action.CREATE)
+                manager = (request.params["fieldManager"], "Apply", "")
+                return self._created(request, applied, manager)
+            patch = self._apply_patch(request, current, applied)
+        elif current is None:
             return request.data  # kmock answers 404
-        if request.action == enums.action.DELETE:
+        elif request.action == enums.action.DELETE:
             self.deletions.append((str(request.resource.plural), request.namespace, request.name))
             meta = current.get("metadata", {})
             if meta.get("finalizers") and not meta.get("deletionTimestamp"):
@@ -251,30 +372,171 @@ class FakeKubeApi(KubernetesEmulator):
                     {"type": "MODIFIED", "object": self.objects[key].raw}
                 )
             return request.data
-
-        if isinstance(request.data, list):  # JSON-patch
+        elif isinstance(request.data, list):  # JSON-patch
             try:
                 wanted = jsonpatch.apply_patch(current, request.data)
             except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
                 raise KubernetesError(422, "Invalid", str(exc)) from exc
             patch = _merge_patch_between(current, wanted)
         else:
-            patch = copy.deepcopy(request.data or {})
+            patch = _encode_string_data(request.resource, copy.deepcopy(request.data or {}))
         if has_status and request.subresource == "status":
             patch = {k: v for k, v in patch.items() if k == "status"}
         elif has_status:
             patch.pop("status", None)
         patch.setdefault("metadata", {})
+        explicit = patch["metadata"].pop("managedFields", None)
         for field in ("uid", "creationTimestamp", "generation", "resourceVersion"):
             patch["metadata"].pop(field, None)
         after = _merged(current, patch)
+        key = (request.resource, request.namespace, request.name or "")
+        if explicit is not None:
+            # As the API server: managedFields a request changes are taken as they are.
+            self._owners[key] = _owners_of(explicit)
+        elif not _header(request, "Content-Type").startswith(APPLY_PATCH):
+            updater = (self._manager(request), "Update", request.subresource or "")
+            self._took_by_update(key, updater, current, after)
         generation = current["metadata"].get("generation", 1)
         spec_before = {k: v for k, v in current.items() if k not in ("metadata", "status")}
         spec_after = {k: v for k, v in after.items() if k not in ("metadata", "status")}
         if spec_before != spec_after:
             generation += 1
-        patch["metadata"].update(generation=generation, resourceVersion=self._next_version())
-        return _encode_string_data(request.resource, patch)
+        patch["metadata"].update(
+            generation=generation,
+            resourceVersion=self._next_version(),
+            managedFields=self._managed_fields(key),
+        )
+        return patch
+
+    def _created(
+        self, request: rendering.Request, data: dict[str, Any], manager: Manager
+    ) -> dict[str, Any]:
+        """A new object's body: the server's metadata, its creator owning every field."""
+        assert request.resource is not None
+        metadata = data.setdefault("metadata", {})
+        namespace = request.namespace or metadata.get("namespace")
+        key = (request.resource, namespace, metadata.get("name") or "")
+        if self._lookup(*key) is not None:
+            return data  # kmock answers 409, and the owners stay
+        metadata.update(
+            uid=str(uuid.uuid4()),
+            creationTimestamp=_now(),
+            generation=1,
+            resourceVersion=self._next_version(),
+        )
+        if request.namespace:
+            metadata["namespace"] = request.namespace
+        if self._has_status(request.resource):
+            data.pop("status", None)
+        self._owners[key] = {manager: set(_leaves(data))}
+        metadata["managedFields"] = self._managed_fields(key)
+        return data
+
+    @staticmethod
+    def _manager(request: rendering.Request) -> str:
+        """The manager of a write that is not an apply: as the API server names it."""
+        agent = _header(request, "User-Agent").split("/", 1)[0]
+        return request.params.get("fieldManager") or agent or "unknown"
+
+    def _applied(self, request: rendering.Request, current: Mapping[str, Any] | None) -> Any:
+        """An apply's configuration, checked, without what an apply cannot set."""
+        assert request.resource is not None
+        if not request.params.get("fieldManager"):
+            raise KubernetesError(
+                422, "Invalid", "fieldManager: Required value: is required for apply patch"
+            )
+        config = request.data if request.data is not None else yaml.safe_load(request.body)
+        if not isinstance(config, Mapping) or not isinstance(config.get("metadata"), Mapping):
+            raise KubernetesError(400, "BadRequest", "an apply patch must be an object")
+        if config["metadata"].get("name") != request.name:
+            raise KubernetesError(400, "BadRequest", "the name in the body differs from the URL")
+        config = _encode_string_data(request.resource, copy.deepcopy(dict(config)))
+        if self._has_status(request.resource) and request.subresource != "status":
+            config.pop("status", None)
+        return config
+
+    def _apply_patch(
+        self, request: rendering.Request, current: dict[str, Any], config: dict[str, Any]
+    ) -> dict[str, Any]:
+        """The merge-patch that makes an apply's changes; the owners updated."""
+        assert request.resource is not None and request.name is not None
+        key = (request.resource, request.namespace, request.name)
+        owners = self._owners.setdefault(key, {})
+        me: Manager = (request.params["fieldManager"], "Apply", request.subresource or "")
+        applied = _leaves(config)
+        conflicts = [
+            (other, owned, path)
+            for path, value in applied.items()
+            if value != _value_at(current, path)
+            for other, paths in owners.items()
+            if other != me
+            for owned in paths
+            if _overlaps(owned, path)
+        ]
+        if conflicts and request.params.get("force") != "true":
+            version = f"{request.resource.group}/{request.resource.version}".lstrip("/")
+            causes = [
+                {
+                    "reason": "FieldManagerConflict",
+                    "message": f'conflict with "{other[0]}" using {version}',
+                    "field": "." + ".".join(path),
+                }
+                for other, _, path in conflicts
+            ]
+            listed = "; ".join(f"{c['message']}: {c['field']}" for c in causes)
+            raise KubernetesError(
+                409,
+                "Conflict",
+                f"Apply failed with {len(causes)} conflict(s): {listed}",
+                details={"causes": causes},
+            )
+        for other, owned, _ in conflicts:  # forced: the fields change hands
+            owners[other].discard(owned)
+        after = copy.deepcopy(current)
+        shared = [path for other, paths in owners.items() if other != me for path in paths]
+        for path in owners.get(me, set()) - applied.keys():
+            if not any(_overlaps(path, kept) for kept in shared):
+                _remove_at(after, path)
+        for path, value in applied.items():
+            _set_at(after, path, value)
+        owners[me] = set(applied)
+        return _merge_patch_between(current, after)
+
+    def _took_by_update(
+        self,
+        key: tuple[kmock.resource, str | None, str],
+        updater: Manager,
+        before: Mapping[str, Any],
+        after: Mapping[str, Any],
+    ) -> None:
+        """An update owns the fields it changed; whoever owned them before does not."""
+        old, new = _leaves(before), _leaves(after)
+        changed = {path for path, value in new.items() if old.get(path, _ABSENT) != value}
+        touched = changed | (old.keys() - new.keys())
+        if not touched:
+            return
+        owners = self._owners.setdefault(key, {})
+        for paths in owners.values():
+            paths -= {owned for owned in paths if any(_overlaps(owned, p) for p in touched)}
+        owners.setdefault(updater, set()).update(changed)
+
+    def _managed_fields(self, key: tuple[kmock.resource, str | None, str]) -> list[dict[str, Any]]:
+        resource = key[0]
+        version = f"{resource.group}/{resource.version}".lstrip("/")
+        return [
+            {
+                "manager": manager,
+                "operation": operation,
+                "apiVersion": version,
+                "fieldsType": "FieldsV1",
+                "fieldsV1": _fields_v1(paths),
+                **({"subresource": subresource} if subresource else {}),
+            }
+            for (manager, operation, subresource), paths in sorted(
+                self._owners.get(key, {}).items()
+            )
+            if paths
+        ]
 
     async def _serve_watch(self, request: rendering.Request) -> AsyncIterator[rendering.Payload]:
         # As the API server: a watch from resourceVersion N streams what changed

@@ -82,3 +82,85 @@ async def test_secret_string_data_is_stored_as_base64_data(api: FakeKubeApi) -> 
     assert status == 200
     assert "stringData" not in created
     assert base64.b64decode(created["data"]["password"]) == b"hunter2"
+
+
+APPLY = {"Content-Type": "application/apply-patch+yaml"}
+
+
+async def _apply(api: FakeKubeApi, body: Any, manager: str, force: bool = False) -> Any:
+    params = {"fieldManager": manager, **({"force": "true"} if force else {})}
+    path = f"{CM}/{body['metadata']['name']}"
+    async with api.servers[0].client.patch(path, json=body, params=params, headers=APPLY) as r:
+        return r.status, await r.json()
+
+
+def _owned(obj: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
+    return {(e["manager"], e["operation"]): e["fieldsV1"] for e in obj["metadata"]["managedFields"]}
+
+
+async def test_an_apply_creates_and_later_removes_what_it_no_longer_applies(
+    api: FakeKubeApi,
+) -> None:
+    first = {"metadata": {"name": "a", "labels": {"x": "1"}}, "data": {"k": "v", "old": "o"}}
+    status, created = await _apply(api, first, "op")
+    assert status == 200
+    assert created["data"] == {"k": "v", "old": "o"}
+    assert _owned(created) == {
+        ("op", "Apply"): {
+            "f:metadata": {"f:labels": {"f:x": {}}},
+            "f:data": {"f:k": {}, "f:old": {}},
+        }
+    }
+    _, applied = await _apply(api, {"metadata": {"name": "a"}, "data": {"k": "v"}}, "op")
+    assert applied["data"] == {"k": "v"}
+    assert "labels" not in applied["metadata"]  # emptied maps go too
+
+
+async def test_an_apply_keeps_fields_of_other_managers(api: FakeKubeApi) -> None:
+    await _apply(api, {"metadata": {"name": "a"}, "data": {"k": "v"}}, "op")
+    label = {"metadata": {"labels": {"team": "t"}}}
+    await _send(api, "PATCH", f"{CM}/a?fieldManager=kubectl-label", label, **MERGE)
+    # Another applier's field, and one both set to the same value (shared, not a conflict).
+    status, _ = await _apply(api, {"metadata": {"name": "a"}, "data": {"k": "v", "o": "1"}}, "ci")
+    assert status == 200
+    _, applied = await _apply(api, {"metadata": {"name": "a"}, "data": {"n": "2"}}, "op")
+    assert applied["metadata"]["labels"] == {"team": "t"}
+    assert applied["data"] == {"k": "v", "o": "1", "n": "2"}
+
+
+async def test_an_apply_that_changes_another_managers_field_conflicts_unless_forced(
+    api: FakeKubeApi,
+) -> None:
+    await _apply(api, {"metadata": {"name": "a"}, "data": {"k": "v"}}, "op")
+    await _send(api, "PATCH", f"{CM}/a?fieldManager=kubectl-edit", {"data": {"k": "e"}}, **MERGE)
+    status, refused = await _apply(api, {"metadata": {"name": "a"}, "data": {"k": "v"}}, "op")
+    assert status == 409
+    assert refused["reason"] == "Conflict"
+    assert refused["details"]["causes"] == [
+        {
+            "reason": "FieldManagerConflict",
+            "message": 'conflict with "kubectl-edit" using v1',
+            "field": ".data.k",
+        }
+    ]
+    assert api.stored("v1", "configmaps", "ns", "a")["data"] == {"k": "e"}
+    body = {"metadata": {"name": "a"}, "data": {"k": "v"}}
+    status, forced = await _apply(api, body, "op", force=True)
+    assert status == 200
+    assert forced["data"] == {"k": "v"}
+    assert _owned(forced) == {("op", "Apply"): {"f:data": {"f:k": {}}}}
+
+
+async def test_an_apply_needs_a_field_manager_and_reads_yaml(api: FakeKubeApi) -> None:
+    async with api.servers[0].client.patch(
+        f"{CM}/a", data=b"metadata:\n  name: a\ndata:\n  k: v\n", headers=APPLY
+    ) as response:
+        assert response.status == 422
+    async with api.servers[0].client.patch(
+        f"{CM}/a",
+        data=b"metadata:\n  name: a\ndata:\n  k: v\n",
+        params={"fieldManager": "op"},
+        headers=APPLY,
+    ) as response:
+        assert response.status == 200
+    assert api.stored("v1", "configmaps", "ns", "a")["data"] == {"k": "v"}
