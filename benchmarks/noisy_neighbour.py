@@ -1,0 +1,335 @@
+"""Noisy neighbours: a modest tenant's latency alone, beside a flooding tenant, and after.
+
+    python -m shoal.benchmarks.noisy_neighbour [--runs R] [--phase-seconds S]
+        [--rate RPS] [--connections C] [--quota BYTES] [--brokers B] [--keep]
+
+Starts etcd, B (3) brokers (replication B) and a gateway in a temporary
+directory, and three tenants: the *victim*, with no quota, producing RPS (450)
+records of 200 bytes a second with ``acks=all`` and ``linger.ms=0`` and
+reading them back; the *aggressor*, with a produce and a consume quota of
+BYTES (2 MB/s) each; and *unthrottled*, the same clients without a quota.
+Each of R (5) runs measures the victim over five phases of S (10) seconds:
+
+1. alone;
+2. beside the aggressor, flooding produce (10 kB records) and fetch from C (32)
+   connections in four processes of their own;
+3. after the aggressor stopped;
+4. beside *unthrottled*, the same flood without a quota: what the quota buys;
+5. after it stopped.
+
+For each phase the victim's produce latency (``produce()`` to its delivery
+report) and end-to-end latency (``produce()`` to the consumer's ``poll()``)
+are reported as p50 and p99, leaving out each phase's first second; the
+medians over the runs are printed with the spread of the victim's p99 alone
+(min to max over the runs), the p99 beside the aggressor and after it as
+ratios to the p99 alone, the machine's load average in each phase, and the
+limits from ``../shared/tools/limits`` measured in the same invocation. The
+goal (issue 26): beside the throttled aggressor and after it, the victim's
+p99 within 1.5 times its p99 alone. The JSON lands in ``benchmarks/results/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing
+import os
+import shutil
+import statistics
+import struct
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+from shoal.benchmarks.common import (
+    HERE,
+    GatewayProcess,
+    LocalCluster,
+    create_tenant,
+    measure_limits,
+)
+from shoal.tenancy.model import Quotas
+from shoal.tenancy.store import TenancyStore
+
+VICTIM_RECORD = 200
+FLOOD_RECORD = 10_000
+FLOOD_PROCESSES = 4
+PHASES = ("alone", "beside", "after", "beside-unthrottled", "after-unthrottled")
+SETTLE_S = 1.0
+"""Left out at the start of each phase: clients connecting, a flood ramping up or draining."""
+
+
+def _client(bootstrap: str, key: tuple[str, str], **extra: Any) -> dict[str, Any]:
+    return {
+        "bootstrap.servers": bootstrap,
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "PLAIN",
+        "sasl.username": key[0],
+        "sasl.password": key[1],
+        **extra,
+    }
+
+
+def victim_producer(
+    bootstrap: str, key: tuple[str, str], rate: float, out: Path, stop: Any
+) -> None:
+    """Produce at ``rate``, each value stamped with its send time; write (sent at, produce ms).
+
+    Producer and consumer are processes of their own, as a tenant's applications
+    would be: a consumer polled in the producer's loop delays its delivery
+    reports by seconds (seen with librdkafka 2.16), which would be measured as
+    the cluster's latency.
+    """
+    producer = Producer(_client(bootstrap, key, acks="all", **{"linger.ms": 0}))
+    padding = b"x" * (VICTIM_RECORD - 8)
+    with open(out, "w") as samples:
+
+        def delivered(err: Any, msg: Any) -> None:
+            if err is None:
+                sent = struct.unpack(">d", msg.value()[:8])[0]
+                samples.write(f"{sent:.6f} {(time.time() - sent) * 1000:.3f}\n")
+
+        next_send = time.monotonic()
+        while not stop.is_set():
+            if time.monotonic() >= next_send:
+                producer.produce("victim", struct.pack(">d", time.time()) + padding,
+                                 on_delivery=delivered)  # fmt: skip
+                next_send += 1 / rate
+            producer.poll(max(0.0, next_send - time.monotonic()))
+        producer.flush(10)
+
+
+def victim_consumer(bootstrap: str, key: tuple[str, str], out: Path, stop: Any) -> None:
+    """Read the victim's records as they come; write (sent at, end-to-end ms)."""
+    consumer = Consumer(_client(bootstrap, key, **{"group.id": "victim", "fetch.wait.max.ms": 100}))
+    consumer.subscribe(["victim"])
+    with open(out, "w") as samples:
+        while not stop.is_set():
+            for message in consumer.consume(100, timeout=0.1):
+                if message.error() is None:
+                    sent = struct.unpack(">d", message.value()[:8])[0]
+                    samples.write(f"{sent:.6f} {(time.time() - sent) * 1000:.3f}\n")
+    consumer.close()
+
+
+def aggressor(bootstrap: str, key: tuple[str, str], producers: int, stop: Any) -> None:
+    """``producers`` producers flooding one topic and one consumer reading it over and over."""
+    clients = [
+        Producer(_client(bootstrap, key, **{"queue.buffering.max.kbytes": 4096}))
+        for _ in range(producers)
+    ]
+    consumer = Consumer(
+        _client(
+            bootstrap, key, **{"group.id": f"flood-{os.getpid()}", "auto.offset.reset": "earliest"}
+        )
+    )
+    consumer.subscribe(["flood"])
+    value = os.urandom(FLOOD_RECORD)
+    while not stop.is_set():
+        for producer in clients:
+            try:
+                for _ in range(20):
+                    producer.produce("flood", value)
+            except BufferError:
+                pass
+            producer.poll(0)
+        consumer.consume(100, timeout=0.01)
+    for producer in clients:
+        producer.purge()
+        producer.flush(5)
+    consumer.close()
+
+
+@dataclass
+class Phase:
+    name: str
+    produce_p50_ms: float
+    produce_p99_ms: float
+    e2e_p50_ms: float
+    e2e_p99_ms: float
+    samples: int
+    load_average: float
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+def one_run(
+    bootstrap: str, keys: dict[str, tuple[str, str]], args: argparse.Namespace, root: Path
+) -> list[Phase]:
+    context = multiprocessing.get_context("spawn")
+    acks_path, e2e_path = root / "victim-acks.txt", root / "victim-e2e.txt"
+    stop_victim = context.Event()
+    victims = [
+        context.Process(
+            target=victim_consumer, args=(bootstrap, keys["victim"], e2e_path, stop_victim)
+        ),
+        context.Process(
+            target=victim_producer,
+            args=(bootstrap, keys["victim"], args.rate, acks_path, stop_victim),
+        ),
+    ]
+    for process in victims:
+        process.start()
+    time.sleep(3)  # connected, the consumer's group joined
+    bounds: list[tuple[str, float, float, float]] = []
+    for name in PHASES:
+        flooding = None
+        if name.startswith("beside"):
+            tenant = "aggressor" if name == "beside" else "unthrottled"
+            flooding = context.Event()
+            per_process = max(1, args.connections // FLOOD_PROCESSES)
+            floods = [
+                context.Process(
+                    target=aggressor, args=(bootstrap, keys[tenant], per_process, flooding)
+                )
+                for _ in range(FLOOD_PROCESSES)
+            ]
+            for flood in floods:
+                flood.start()
+        start = time.time()
+        time.sleep(args.phase_seconds)
+        bounds.append((name, start + SETTLE_S, time.time(), os.getloadavg()[0]))
+        if flooding is not None:
+            flooding.set()
+            for flood in floods:
+                flood.join(30)
+                if flood.is_alive():
+                    flood.kill()
+    stop_victim.set()
+    for process in victims:
+        process.join(30)
+    ack_rows = _samples(acks_path)
+    e2e_rows = _samples(e2e_path)
+    phases = []
+    for name, start, end, load in bounds:
+        acks = [ms for sent, ms in ack_rows if start <= sent < end]
+        e2e = [ms for sent, ms in e2e_rows if start <= sent < end]
+        phases.append(
+            Phase(
+                name,
+                percentile(acks, 0.5),
+                percentile(acks, 0.99),
+                percentile(e2e, 0.5),
+                percentile(e2e, 0.99),
+                len(acks),
+                load,
+            )
+        )
+    return phases
+
+
+def _samples(path: Path) -> list[tuple[float, float]]:
+    rows = (line.split() for line in path.read_text().splitlines())
+    return [(float(sent), float(ms)) for sent, ms in rows]
+
+
+def set_quotas(etcd_url: str, tenant: str, quotas: Quotas) -> None:
+    async def go() -> None:
+        async with TenancyStore(etcd_url) as store:
+            await store.set_quotas(tenant, quotas)
+
+    asyncio.run(go())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--phase-seconds", type=float, default=10.0)
+    parser.add_argument("--rate", type=float, default=450.0, help="victim records/s")
+    parser.add_argument("--connections", type=int, default=32, help="aggressor producers")
+    parser.add_argument("--quota", type=float, default=2_000_000, help="aggressor bytes/s")
+    parser.add_argument("--brokers", type=int, default=3)
+    parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    args = parser.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="shoal-bench-", dir=os.environ.get("SHOAL_BENCH_DIR")))
+    keep = args.keep
+    runs: list[list[Phase]] = []
+    try:
+        limits = measure_limits(root)
+        env = {"SHOAL_DEFAULT_REPLICATION_FACTOR": str(args.brokers)}
+        with LocalCluster(root, brokers=args.brokers, env=env) as cluster:
+            keys = {name: create_tenant(cluster.etcd_url, name) for name in
+                    ("victim", "aggressor", "unthrottled")}  # fmt: skip
+            set_quotas(
+                cluster.etcd_url,
+                "aggressor",
+                Quotas(producer_byte_rate=args.quota, consumer_byte_rate=args.quota),
+            )
+            admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+            pairs = (("victim", "victim"), ("aggressor", "flood"), ("unthrottled", "flood"))
+            topics = [NewTopic(f"{tenant}.{name}", 3) for tenant, name in pairs]
+            for future in admin.create_topics(topics).values():
+                future.result(30)
+            with GatewayProcess(root, cluster.etcd_url, cluster.bootstrap, args.brokers) as gw:
+                time.sleep(2)  # the gateway's tenancy poll sees the quotas
+                for run in range(args.runs):
+                    runs.append(one_run(gw.bootstrap, keys, args, root))
+                    print(f"run {run}: {[vars(p) for p in runs[-1]]}", flush=True)
+    except BaseException:
+        keep = True
+        raise
+    finally:
+        if keep:
+            print(f"kept {root}")
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+    report(runs, limits, vars(args))
+
+
+def report(runs: list[list[Phase]], limits: dict[str, float], settings: dict[str, Any]) -> None:
+    medians = {}
+    for i, name in enumerate(PHASES):
+        phase = [run[i] for run in runs]
+        medians[name] = {
+            field: statistics.median(getattr(p, field) for p in phase)
+            for field in (
+                "produce_p50_ms",
+                "produce_p99_ms",
+                "e2e_p50_ms",
+                "e2e_p99_ms",
+                "load_average",
+            )
+        }
+    alone = [run[0].e2e_p99_ms for run in runs]
+    base = medians["alone"]["e2e_p99_ms"]
+    print("\nvictim, medians over", len(runs), "runs (ms):")
+    header = ("phase", "produce p50", "p99", "e2e p50", "p99", "p99/alone", "load")
+    widths = (20, 12, 8, 9, 8, 10, 6)
+    print(
+        " ".join(
+            f"{h:{'<' if i == 0 else '>'}{w}}"
+            for i, (h, w) in enumerate(zip(header, widths, strict=True))
+        )
+    )
+    for name, m in medians.items():
+        print(
+            f"{name:20} {m['produce_p50_ms']:12.1f} {m['produce_p99_ms']:8.1f}"
+            f" {m['e2e_p50_ms']:9.1f} {m['e2e_p99_ms']:8.1f} {m['e2e_p99_ms'] / base:10.2f}"
+            f" {m['load_average']:6.2f}"
+        )
+    print(f"victim e2e p99 alone over the runs: {min(alone):.1f} to {max(alone):.1f} ms")
+    if limits:
+        print("machine limits:", {k: round(v, 2) for k, v in limits.items()})
+    document = {
+        "settings": settings,
+        "limits": limits,
+        "medians": medians,
+        "p99_alone_spread_ms": [min(alone), max(alone)],
+        "runs": [[vars(p) for p in run] for run in runs],
+    }
+    out = HERE / "results" / f"noisy-neighbour-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps(document, indent=2))
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
