@@ -92,30 +92,20 @@ class Broker:
         self.tracing = None if tracing is None else BrokerTracing(tracing)
         self.node_id = NodeId(config.node_id)
         self._connections: set[KafkaConnection] = set()
+        self.exit_code = 0
+        """1 when the broker stopped because its log directory failed."""
 
     async def run(self, stop: asyncio.Event) -> None:
+        logs = _log_manager(self.config)
+        offline = asyncio.create_task(self._stop_when_offline(logs, stop), name="log-dir-watch")
+        try:
+            await self._run(logs, stop)
+        finally:
+            offline.cancel()
+        log.info("event=broker_stopped node_id=%d exit_code=%d", self.node_id, self.exit_code)
+
+    async def _run(self, logs: LogManager, stop: asyncio.Event) -> None:
         config = self.config
-        logs = LogManager(
-            config.data_dir,
-            wall_clock_ms,
-            LogManagerSettings(
-                retention_check_interval_ms=config.log_retention_check_interval_ms,
-                flush_check_interval_ms=config.log_flush_scheduler_interval_ms,
-                recovery_checkpoint_interval_ms=config.log_flush_offset_checkpoint_interval_ms,
-                hw_checkpoint_interval_ms=config.replica_high_watermark_checkpoint_interval_ms,
-                producer_id_expiration_ms=config.producer_id_expiration_ms,
-                producer_id_expiration_check_interval_ms=(
-                    config.producer_id_expiration_check_interval_ms
-                ),
-                cleaner=CleanerSettings(
-                    enable=config.log_cleaner_enable,
-                    threads=config.log_cleaner_threads,
-                    io_max_bytes_per_second=config.log_cleaner_io_max_bytes_per_second,
-                    dedupe_buffer_size=config.log_cleaner_dedupe_buffer_size,
-                    backoff_ms=config.log_cleaner_backoff_ms,
-                ),
-            ),
-        )
         store = EtcdMetadataStore(config.etcd)
         try:
             await _connect(store)
@@ -211,7 +201,14 @@ class Broker:
         finally:
             await logs.close()
             await store.close()
-        log.info("event=broker_stopped node_id=%d", self.node_id)
+
+    async def _stop_when_offline(self, logs: LogManager, stop: asyncio.Event) -> None:
+        """A failed log directory stops the broker as SIGTERM would (leadership moves
+        first), with exit code 1 so that a supervisor restarts it: its logs are
+        recovered then, once space or the disk is back."""
+        await logs.offline.wait()
+        self.exit_code = 1
+        stop.set()
 
     async def _serve(
         self,
@@ -320,6 +317,30 @@ def _movable_leaderships(image: ClusterImage, node_id: NodeId) -> int:
         for topic in image.topics.values()
         for state in topic.partitions.values()
         if state.leader == node_id and any(n != node_id and n in eligible for n in state.isr)
+    )
+
+
+def _log_manager(config: BrokerConfig) -> LogManager:
+    return LogManager(
+        config.data_dir,
+        wall_clock_ms,
+        LogManagerSettings(
+            retention_check_interval_ms=config.log_retention_check_interval_ms,
+            flush_check_interval_ms=config.log_flush_scheduler_interval_ms,
+            recovery_checkpoint_interval_ms=config.log_flush_offset_checkpoint_interval_ms,
+            hw_checkpoint_interval_ms=config.replica_high_watermark_checkpoint_interval_ms,
+            producer_id_expiration_ms=config.producer_id_expiration_ms,
+            producer_id_expiration_check_interval_ms=(
+                config.producer_id_expiration_check_interval_ms
+            ),
+            cleaner=CleanerSettings(
+                enable=config.log_cleaner_enable,
+                threads=config.log_cleaner_threads,
+                io_max_bytes_per_second=config.log_cleaner_io_max_bytes_per_second,
+                dedupe_buffer_size=config.log_cleaner_dedupe_buffer_size,
+                backoff_ms=config.log_cleaner_backoff_ms,
+            ),
+        ),
     )
 
 

@@ -52,6 +52,7 @@ from shoal.broker.log.log import (
     CorruptRecordError,
     InvalidRecordError,
     InvalidTimestampError,
+    KafkaStorageError,
     Log,
     LogError,
     RecordTooLargeError,
@@ -83,6 +84,8 @@ _LOG_ERRORS: Final[dict[type[LogError], ErrorCode]] = {
     InvalidRecordError: E.invalid_record,
     RecordTooLargeError: E.message_too_large,
     InvalidTimestampError: E.invalid_timestamp,
+    # Retriable: the client refreshes metadata and finds the partition's next leader.
+    KafkaStorageError: E.kafka_storage_error,
 }
 
 

@@ -40,6 +40,7 @@ means "the batch holding it, or the first one after it".
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import struct
@@ -113,6 +114,14 @@ class CorruptRecordError(LogError):
     pass
 
 
+class KafkaStorageError(LogError):
+    """The log's directory failed a write (a full disk, an I/O error): it takes no more."""
+
+
+StorageFailureListener = Callable[[OSError, Path], None]
+"""Told of the first write that failed in a log's directory, and which log it was."""
+
+
 @dataclass(frozen=True, slots=True)
 class AppendInfo:
     first_offset: int
@@ -155,10 +164,15 @@ class Log:
         clock: Callable[[], int],
         log_start_offset: int = 0,
         high_watermark: int = 0,
+        on_storage_failure: StorageFailureListener | None = None,
     ) -> None:
         self.directory = directory
         self.config = config
         self.clock = clock
+        self._on_storage_failure = on_storage_failure
+        self.offline = False
+        """A write failed: the segment may hold a torn batch the log does not know of,
+        so nothing more is written until a restart's recovery has cut it."""
         directory.mkdir(parents=True, exist_ok=True)
         loaded = load_segments(directory, config, recovery_point, clean_shutdown, clock())
         self.segments: list[LogSegment] = loaded.segments
@@ -193,6 +207,21 @@ class Log:
         self.closed = False
         self.truncation_listeners: list[Callable[[int], None]] = []
         """Told the new log end after a truncation (the cleaner's checkpoint must not exceed it)."""
+
+    @contextlib.contextmanager
+    def _storage(self) -> Iterator[None]:
+        """Around a write: refused once the log is offline, which any OSError makes it."""
+        if self.offline:
+            raise KafkaStorageError(f"the log directory of {self.directory.name} is offline")
+        try:
+            yield
+        except OSError as exc:
+            self.offline = True
+            if self._on_storage_failure is not None:
+                self._on_storage_failure(exc, self.directory)
+            raise KafkaStorageError(
+                f"writing {self.directory.name} failed: {exc.strerror or exc}"
+            ) from exc
 
     def _rebuild_producer_state(self, replay_from: int | None = None) -> None:
         """Newest snapshot at or below the log end (and ``replay_from``), then the batches
@@ -332,9 +361,10 @@ class Log:
         first_offset = self.log_end_offset
         total = sum(h.size for h in headers)
         max_timestamp = max(h.max_timestamp for h in headers)
-        if self.active.should_roll(total, max_timestamp, now):
-            self.roll()
-        self.active.append(buffers, headers)
+        with self._storage():
+            if self.active.should_roll(total, max_timestamp, now):
+                self.roll()
+            self.active.append(buffers, headers)
         for appended in headers:
             self.producer_state.update(appended)
         self.epochs.assign(leader_epoch, first_offset)
@@ -364,9 +394,10 @@ class Log:
             producer_id, producer_epoch, commit, coordinator_epoch, now, offset, leader_epoch
         )
         header = parse_header(batch)
-        if self.active.should_roll(header.size, header.max_timestamp, now):
-            self.roll()
-        self.active.append([batch], [header])
+        with self._storage():
+            if self.active.should_roll(header.size, header.max_timestamp, now):
+                self.roll()
+            self.active.append([batch], [header])
         txn = self.producer_state.complete_txn(header, commit, coordinator_epoch)
         self._index_if_aborted(self.active, txn)
         self.epochs.assign(leader_epoch, offset)
@@ -447,11 +478,12 @@ class Log:
         headers = [h for _, h in batches]
         end = batches[-1][0] + headers[-1].size
         max_timestamp = max(h.max_timestamp for h in headers)
-        if self.active.should_roll(end, max_timestamp, self.clock()):
-            self.roll()
         first_offset = self.log_end_offset
-        segment = self.active
-        segment.append([view[:end]], headers)
+        with self._storage():
+            if self.active.should_roll(end, max_timestamp, self.clock()):
+                self.roll()
+            segment = self.active
+            segment.append([view[:end]], headers)
         for position, header in batches:
             if header.is_control:
                 if header.producer_id >= 0:
@@ -870,7 +902,8 @@ class Log:
 
     def close(self) -> None:
         self.closed = True
-        self.producer_state.write_snapshot(self.log_end_offset)
+        if not self.offline:  # an offline log is recovered on restart, without a snapshot
+            self.producer_state.write_snapshot(self.log_end_offset)
         for segment in self.segments:
             segment.close()
 

@@ -109,6 +109,10 @@ class LogManager:
         self._tasks: list[asyncio.Task[None]] = []
         self._doomed: dict[int, tuple[asyncio.TimerHandle, list[LogSegment]]] = {}
         self.clean_shutdown = (data_dir / CLEAN_SHUTDOWN_FILE).exists()
+        self.offline = asyncio.Event()
+        """Set by the first failed write in the data directory (KIP-112's offline log
+        directory): the broker has no other directory, so it shuts down, as Kafka
+        does when its last log directory fails."""
         self.cleaner = LogCleaner(
             data_dir, self.logs, clock, self.settings.cleaner, self.destroy_later
         )
@@ -158,6 +162,7 @@ class LogManager:
                 self.clock,
                 log_start_offset=starts.get(tp, 0),
                 high_watermark=watermarks.get(tp, 0),
+                on_storage_failure=self.storage_failed,
             )
             self.cleaner.watch(tp, self.logs[tp])
             if topic_id is not None:
@@ -198,7 +203,8 @@ class LogManager:
         path = self.data_dir / partition_dir_name(topic, partition)
         path.mkdir(parents=True, exist_ok=True)
         (path / PARTITION_METADATA).write_text(f"version: 0\ntopic_id: {topic_id}\n")
-        created = Log(path, config, 0, True, self.clock)
+        created = Log(path, config, 0, True, self.clock, on_storage_failure=self.storage_failed)
+        created.offline = self.offline.is_set()
         self.logs[tp] = created
         self.cleaner.watch(tp, created)
         self._topic_ids[topic] = topic_id
@@ -237,15 +243,34 @@ class LogManager:
         ]
         self.cleaner.start()
 
+    def storage_failed(self, exc: OSError, where: Path) -> None:
+        """A write under the data directory failed: the directory goes offline, once."""
+        if self.offline.is_set():
+            return
+        log.error(
+            "event=log_dir_offline dir=%s path=%s error=%s action=shutdown",
+            self.data_dir,
+            where,
+            (exc.strerror or str(exc)).replace(" ", "_"),
+        )
+        for log_ in self.logs.values():
+            log_.offline = True
+        self.offline.set()
+
     async def _every(self, interval_ms: int, chore: Callable[[], object]) -> None:
+        name = getattr(chore, "__name__", chore)
         while True:
             await asyncio.sleep(interval_ms / 1000)
+            if self.offline.is_set():
+                return
             try:
                 result = chore()
                 if asyncio.iscoroutine(result):
                     await result
+            except OSError as exc:
+                self.storage_failed(exc, self.data_dir)
             except Exception:
-                log.exception("event=log_chore_failed chore=%s", getattr(chore, "__name__", chore))
+                log.exception("event=log_chore_failed chore=%s", name)
 
     def apply_retention(self) -> int:
         """Delete segments past retention in every log; returns how many went.
@@ -326,13 +351,23 @@ class LogManager:
         )
 
     async def close(self) -> None:
-        """Clean shutdown: fsync everything, checkpoint, mark clean, unlock."""
+        """Clean shutdown: fsync everything, checkpoint, mark clean, unlock.
+
+        With the directory offline nothing is written: the next start recovers
+        every log as after a crash, which cuts a batch a failed write tore.
+        """
         await self.cleaner.close()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        if self.offline.is_set():
+            for log_ in self.logs.values():
+                with contextlib.suppress(OSError):
+                    log_.close()
+            self._lock.release()
+            return
         for log_ in self.logs.values():
             await log_.flush()
         self.checkpoint_recovery()

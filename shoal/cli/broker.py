@@ -74,10 +74,13 @@ def broker(
     configure_logging(config.log_level, config.log_format)
     try:
         tracing = tracer_provider(BROKER_SERVICE, str(config.node_id))
-        run_until_signalled(Broker(config, tracing).run)
+        broker = Broker(config, tracing)
+        run_until_signalled(broker.run)
     except (DirectoryLockedError, DataDirError, StoreError) as exc:
         typer.echo(f"shoal broker: {exc}", err=True)
         raise typer.Exit(1) from exc
+    if broker.exit_code:
+        raise typer.Exit(broker.exit_code)
 
 
 def _pair(item: str) -> tuple[str, str]:

@@ -12,11 +12,12 @@ import json
 import random
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import KafkaError, Producer
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from harness import BrokerProcess, wait_until
 
@@ -167,3 +168,28 @@ def start_cluster(factory: Callable[..., BrokerProcess], size: int = 3) -> Clust
     for, so the cluster starts in about the time of one broker."""
     launched = [factory(node_id=i, env=dict(REPLICATED_ENV), wait=False) for i in range(size)]
     return Cluster([broker.wait_ready() for broker in launched])
+
+
+def read_all(bootstrap: str, topic: str, partitions: int) -> dict[int, list[tuple[int, bytes]]]:
+    """Every (offset, value) of the topic, read by a plain consumer to the end."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"reader-{uuid.uuid4()}",
+            "enable.auto.commit": False,
+        }
+    )
+    ends = {}
+    for p in range(partitions):
+        _, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+        ends[p] = high
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    records: dict[int, list[tuple[int, bytes]]] = {p: [] for p in range(partitions)}
+    deadline = time.monotonic() + 60
+    while any(len(records[p]) < ends[p] for p in records) and time.monotonic() < deadline:
+        message = consumer.poll(0.5)
+        if message is None or message.error():
+            continue
+        records[message.partition()].append((message.offset(), message.value()))
+    consumer.close()
+    return records

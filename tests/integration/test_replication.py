@@ -12,7 +12,6 @@ import random
 import signal
 import sys
 import time
-import uuid
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
@@ -20,7 +19,14 @@ from confluent_kafka.admin import AdminClient
 from conftest import BrokerFactory
 from harness import wait_until
 from raw_kafka import RawConnection, request_class
-from replicated import Cluster, SteadyProducer, failover_gap, random_victim, start_cluster
+from replicated import (
+    Cluster,
+    SteadyProducer,
+    failover_gap,
+    random_victim,
+    read_all,
+    start_cluster,
+)
 
 from shoal.records import NewRecord, build_batch
 
@@ -30,31 +36,6 @@ pytestmark = pytest.mark.timeout(600)
 @pytest.fixture
 def cluster(broker_factory: BrokerFactory) -> Cluster:
     return start_cluster(broker_factory)
-
-
-def read_all(bootstrap: str, topic: str, partitions: int) -> dict[int, list[tuple[int, bytes]]]:
-    """Every (offset, value) of the topic, read by a plain consumer to the end."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"reader-{uuid.uuid4()}",
-            "enable.auto.commit": False,
-        }
-    )
-    ends = {}
-    for p in range(partitions):
-        _, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-        ends[p] = high
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    records: dict[int, list[tuple[int, bytes]]] = {p: [] for p in range(partitions)}
-    deadline = time.monotonic() + 60
-    while any(len(records[p]) < ends[p] for p in records) and time.monotonic() < deadline:
-        message = consumer.poll(0.5)
-        if message is None or message.error():
-            continue
-        records[message.partition()].append((message.offset(), message.value()))
-    consumer.close()
-    return records
 
 
 def test_topics_are_placed_on_three_brokers_with_every_replica_in_sync(cluster: Cluster) -> None:

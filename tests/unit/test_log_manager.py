@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from shoal.broker.log.checkpoint import read_offsets, write_offsets
 from shoal.broker.log.config import LogConfig
+from shoal.broker.log.log import KafkaStorageError
 from shoal.broker.log.manager import (
     CLEAN_SHUTDOWN_FILE,
     HW_CHECKPOINT,
@@ -376,7 +377,7 @@ async def test_started_chores_run_on_their_intervals_and_survive_failures(
         nonlocal calls
         calls += 1
         if calls == 1:
-            raise OSError("disk hiccup")
+            raise RuntimeError("a bug in one round")
         real()
 
     monkeypatch.setattr(manager, "checkpoint_hw", flaky)
@@ -384,3 +385,40 @@ async def test_started_chores_run_on_their_intervals_and_survive_failures(
     await _wait_until(lambda: log.log_start_offset == 2 and log.recovery_point == 2 and calls >= 2)
     await managers.close(manager)
     assert all(task.done() for task in manager._tasks)
+
+
+async def test_a_failed_write_takes_the_directory_offline_and_it_shuts_down_unclean(
+    managers, helpers, data_dir, monkeypatch
+) -> None:
+    manager = managers.open(hw_checkpoint_interval_ms=10)
+    log = manager.get_or_create("orders", 0, TOPIC_ID, _config())
+    log.append_as_leader(helpers.make_batch(2), 0)
+
+    def full(*_: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(log.active, "append", full)
+    with pytest.raises(KafkaStorageError, match="No space left on device"):
+        log.append_as_leader(helpers.make_batch(1), 0)
+    assert manager.offline.is_set()
+    other = manager.get_or_create("orders", 1, TOPIC_ID, _config())
+    assert log.offline and log.log_end_offset == 2
+    # Nothing more is written to the directory, through any log.
+    with pytest.raises(KafkaStorageError, match="offline"):
+        log.append_as_leader(helpers.make_batch(1), 0)
+    assert other.offline, "a log made after the failure is offline too"
+    await managers.close(manager)
+    # No clean-shutdown marker: the next start recovers every log, cutting a torn batch.
+    assert not (data_dir / CLEAN_SHUTDOWN_FILE).exists()
+
+
+async def test_a_chore_whose_write_fails_takes_the_directory_offline(managers, monkeypatch) -> None:
+    manager = managers.open(hw_checkpoint_interval_ms=10)
+
+    def full() -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(manager, "checkpoint_hw", full)
+    manager.start()
+    await asyncio.wait_for(manager.offline.wait(), 5)
+    await managers.close(manager)
