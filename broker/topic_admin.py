@@ -344,6 +344,15 @@ class TopicAdmin:
             return
         await self._update(replace(topic.record, configs=overrides), topic.revision, None)
 
+    async def replace_configs(
+        self, name: str, configs: Mapping[str, str | None], validate_only: bool
+    ) -> None:
+        """Legacy AlterConfigs: the overrides become ``configs``; any not named revert."""
+        current = self._topic(name).record.configs
+        ops = [ConfigOp(key, DELETE, None) for key in current if key not in configs]
+        ops += [ConfigOp(key, SET, value) for key, value in configs.items()]
+        await self.alter_configs(name, ops, validate_only)
+
     async def _update(
         self,
         record: TopicRecord,

@@ -5,10 +5,11 @@ registered broker campaigns (creates the controller key under its own
 lease; etcd lets one win). The winner acts on every new image: leaders for
 partitions whose leader is gone or shutting down, ISRs without dead brokers
 (:mod:`shoal.broker.controller.decisions`), and on a timer the preferred
-leaders. Its writes compare each partition's revision and its own controller
-epoch, so a controller that has been replaced, or a leader changing its ISR
-at the same moment, makes the write fail instead of both winning; the next
-image brings the truth and the controller decides again.
+leaders; an admin's ElectLeaders asks it for the elections it names. Its
+writes compare each partition's revision and its own controller epoch, so a
+controller that has been replaced, or a leader changing its ISR at the same
+moment, makes the write fail instead of both winning; the next image brings
+the truth and the controller decides again.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final
 
 from shoal.broker.cluster.model import (
@@ -35,10 +36,12 @@ from shoal.broker.cluster.store import (
     StoreUnavailableError,
 )
 from shoal.broker.controller.decisions import (
+    ElectionOutcome,
     IsrChangeRefusedError,
     IsrChangeRequest,
     alter_isr,
     elect_leaders,
+    elect_requested,
     rebalance_preferred_leaders,
 )
 from shoal.broker.controller.reassignments import (
@@ -177,6 +180,41 @@ class Controller:
                 await self._wait_for_image(revision)
             results.append(ReassignmentResult(request, None))
         return results, revision
+
+    async def elect(
+        self, wanted: list[tuple[str, int]] | None, election_type: int
+    ) -> tuple[list[ElectionOutcome], int]:
+        """ElectLeaders: each partition's outcome, and the store revision of the write
+        (0: none). NotControllerError if this broker is not the controller.
+
+        The changes are written together, compared against each partition's
+        revision: if a leader changed meanwhile the whole election is refused
+        (REQUEST_TIMED_OUT, as Kafka answers an election it could not finish),
+        and the client may ask again over the new state.
+        """
+        lease, image = self.lease, self.image
+        if lease is None or image is None:
+            raise NotControllerError
+        outcomes = elect_requested(image, wanted, election_type, self.unclean_allowed)
+        changes = [o.change for o in outcomes if o.change is not None]
+        if not changes:
+            return outcomes, 0
+        try:
+            revision = await self.store.update_partitions(changes, lease)
+        except ConflictError as exc:
+            failed = [
+                replace(o, change=None, code="request_timed_out", message=str(exc))
+                if o.change is not None
+                else o
+                for o in outcomes
+            ]
+            return failed, 0
+        for change in changes:
+            _log_change(change)
+        log.info(
+            "event=leaders_elected election_type=%d partitions=%d", election_type, len(changes)
+        )
+        return outcomes, revision
 
     async def _wait_for_image(self, revision: int) -> None:
         loop = asyncio.get_running_loop()

@@ -13,6 +13,9 @@ Kafka's rules, with etcd standing in for ZooKeeper:
   partitions that prefer a broker are led elsewhere, those whose preferred
   replica is alive and in the ISR move back to it.
 
+An admin may ask for elections (ElectLeaders, :func:`elect_requested`):
+preferred, or unclean for partitions that have no leader.
+
 Leaders ask the controller to change their ISR (AlterPartition):
 :func:`alter_isr` checks such a request against the image as Kafka's
 controller does.
@@ -24,7 +27,7 @@ epoch, which is what fences the old leader and its followers.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
 from shoal.broker.cluster.model import (
@@ -121,6 +124,118 @@ def rebalance_preferred_leaders(
                 if change is not None:
                     changes.append(change)
     return changes
+
+
+PREFERRED_ELECTION = 0
+UNCLEAN_ELECTION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class ElectionOutcome:
+    """What an ElectLeaders request does to one partition: a change, or why none."""
+
+    topic: str
+    index: int
+    change: PartitionChange | None
+    code: str | None
+    """None when the partition gets a new leader, else the Kafka error name."""
+    message: str | None = None
+
+
+def elect_requested(
+    image: ClusterImage,
+    wanted: Sequence[tuple[str, int]] | None,
+    election_type: int,
+    unclean_allowed: Callable[[TopicImage], bool],
+) -> list[ElectionOutcome]:
+    """An admin's ElectLeaders over ``wanted`` partitions (None: every partition).
+
+    Preferred: the first assigned replica leads, if it is alive and in the ISR
+    (else PREFERRED_LEADER_NOT_AVAILABLE); ELECTION_NOT_NEEDED when it leads
+    already. Unclean: only for a partition without a leader
+    (ELECTION_NOT_NEEDED otherwise); an in-sync live replica if there is one,
+    else any live replica where the topic allows unclean election, else
+    ELIGIBLE_LEADERS_NOT_AVAILABLE. Asked for every partition, those that
+    need no election are left out of the answer, as Kafka leaves them out.
+    """
+    every = wanted is None
+    if wanted is None:
+        wanted = [
+            (name, i) for name, topic in sorted(image.topics.items()) for i in topic.partitions
+        ]
+    eligible = image.eligible_leaders()
+    outcomes = []
+    for name, index in wanted:
+        topic = image.topics.get(TopicName(name))
+        state = topic.partitions.get(index) if topic is not None else None
+        if topic is None or state is None or not 0 <= index < topic.record.partition_count:
+            missing = f"topic as {name}" if topic is None else f"partition as {name}-{index}"
+            outcomes.append(
+                ElectionOutcome(
+                    name, index, None, "unknown_topic_or_partition", f"No such {missing}"
+                )
+            )
+            continue
+        slot = _Slot(
+            topic.record.name,
+            index,
+            topic.record.assignment[index],
+            state,
+            topic.partition_revisions.get(index, 0),
+        )
+        outcome = (
+            _elect_preferred(slot, eligible)
+            if election_type == PREFERRED_ELECTION
+            else _elect_unclean(slot, eligible, unclean_allowed(topic))
+        )
+        if not (every and outcome.code == "election_not_needed"):
+            outcomes.append(outcome)
+    return outcomes
+
+
+def _elect_preferred(slot: _Slot, eligible: frozenset[NodeId]) -> ElectionOutcome:
+    preferred = slot.replicas[0] if slot.replicas else NO_LEADER
+    if slot.state.leader == preferred:
+        return ElectionOutcome(slot.topic, slot.index, None, "election_not_needed")
+    if preferred not in eligible or preferred not in slot.state.isr:
+        return ElectionOutcome(
+            slot.topic,
+            slot.index,
+            None,
+            "preferred_leader_not_available",
+            f"Preferred replica {preferred} of {slot.topic}-{slot.index} is not alive and"
+            " in the ISR.",
+        )
+    return ElectionOutcome(slot.topic, slot.index, _change(slot, preferred, slot.state.isr), None)
+
+
+def _elect_unclean(
+    slot: _Slot, eligible: frozenset[NodeId], unclean_allowed: bool
+) -> ElectionOutcome:
+    state = slot.state
+    if state.leader != NO_LEADER:
+        return ElectionOutcome(slot.topic, slot.index, None, "election_not_needed")
+    in_sync = [n for n in slot.replicas if n in state.isr and n in eligible]
+    live = [n for n in slot.replicas if n in eligible]
+    if in_sync:
+        change = _change(slot, in_sync[0], tuple(n for n in state.isr if n in eligible))
+    elif live and unclean_allowed:
+        change = _change(slot, live[0], (live[0],))
+    else:
+        reason = (
+            "no replica is alive"
+            if not live
+            else "no in-sync replica is alive and the topic does not allow"
+            " unclean.leader.election.enable"
+        )
+        return ElectionOutcome(
+            slot.topic,
+            slot.index,
+            None,
+            "eligible_leaders_not_available",
+            f"No leader can be elected for {slot.topic}-{slot.index}: {reason}.",
+        )
+    return ElectionOutcome(slot.topic, slot.index, change, None)
 
 
 @dataclass(frozen=True, slots=True)

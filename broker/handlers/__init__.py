@@ -18,12 +18,14 @@ from shoal.broker.handlers.alter_partition import handle_alter_partition
 from shoal.broker.handlers.api_versions import ApiVersionsResponder
 from shoal.broker.handlers.base import Handler
 from shoal.broker.handlers.configs import (
+    handle_alter_configs,
     handle_describe_configs,
     handle_incremental_alter_configs,
 )
 from shoal.broker.handlers.coordinator import handle_find_coordinator
 from shoal.broker.handlers.delete_records import handle_delete_records
 from shoal.broker.handlers.describe_producers import handle_describe_producers
+from shoal.broker.handlers.elections import handle_elect_leaders
 from shoal.broker.handlers.fetch import handle_fetch
 from shoal.broker.handlers.group_offsets import (
     handle_offset_commit,
@@ -93,9 +95,11 @@ DESCRIBE_ACLS: Final = 29
 CREATE_ACLS: Final = 30
 DELETE_ACLS: Final = 31
 DESCRIBE_CONFIGS: Final = 32
+ALTER_CONFIGS: Final = 33
 DESCRIBE_LOG_DIRS: Final = 35
 CREATE_PARTITIONS: Final = 37
 DELETE_GROUPS: Final = 42
+ELECT_LEADERS: Final = 43
 INCREMENTAL_ALTER_CONFIGS: Final = 44
 ALTER_PARTITION_REASSIGNMENTS: Final = 45
 LIST_PARTITION_REASSIGNMENTS: Final = 46
@@ -135,9 +139,11 @@ API_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     CREATE_ACLS: (1, 3),
     DELETE_ACLS: (1, 3),
     DESCRIBE_CONFIGS: (1, 4),
+    ALTER_CONFIGS: (0, 2),
     DESCRIBE_LOG_DIRS: (1, 5),
     CREATE_PARTITIONS: (0, 3),
     DELETE_GROUPS: (0, 2),
+    ELECT_LEADERS: (0, 2),
     INCREMENTAL_ALTER_CONFIGS: (0, 1),
     ALTER_PARTITION_REASSIGNMENTS: (0, 0),
     LIST_PARTITION_REASSIGNMENTS: (0, 0),
@@ -181,9 +187,11 @@ def build_handlers() -> dict[int, Handler]:
         CREATE_ACLS: handle_create_acls,
         DELETE_ACLS: handle_delete_acls,
         DESCRIBE_CONFIGS: handle_describe_configs,
+        ALTER_CONFIGS: handle_alter_configs,
         DESCRIBE_LOG_DIRS: handle_describe_log_dirs,
         CREATE_PARTITIONS: handle_create_partitions,
         DELETE_GROUPS: handle_delete_groups,
+        ELECT_LEADERS: handle_elect_leaders,
         INCREMENTAL_ALTER_CONFIGS: handle_incremental_alter_configs,
         ALTER_PARTITION_REASSIGNMENTS: handle_alter_partition_reassignments,
         LIST_PARTITION_REASSIGNMENTS: handle_list_partition_reassignments,

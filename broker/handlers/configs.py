@@ -1,4 +1,5 @@
-"""DescribeConfigs (32) and IncrementalAlterConfigs (44) for topics and this broker.
+"""DescribeConfigs (32), AlterConfigs (33) and IncrementalAlterConfigs (44) for topics
+and this broker.
 
 A topic config's value comes from, in order: the topic's override
 (DYNAMIC_TOPIC_CONFIG), the broker's default for it (STATIC_BROKER_CONFIG,
@@ -10,7 +11,7 @@ configs are read-only: they come from flags and environment variables.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -89,6 +90,30 @@ def _broker_config_values(services: BrokerServices) -> list[ConfigValue]:
             ConfigType.LONG,
             "How often retention runs.",
         ),
+        (
+            "offsets.retention.minutes",
+            str(config.offsets_retention_minutes),
+            ConfigType.INT,
+            "How long committed offsets of a group without members are kept.",
+        ),
+        (
+            "group.min.session.timeout.ms",
+            str(config.group_min_session_timeout_ms),
+            ConfigType.INT,
+            "Shortest session timeout a group member may ask for.",
+        ),
+        (
+            "group.max.session.timeout.ms",
+            str(config.group_max_session_timeout_ms),
+            ConfigType.INT,
+            "Longest session timeout a group member may ask for.",
+        ),
+        (
+            "transaction.max.timeout.ms",
+            str(config.transaction_max_timeout_ms),
+            ConfigType.INT,
+            "Longest transaction timeout a producer may ask for.",
+        ),
     ]
     values = [
         ConfigValue(name, value, STATIC_BROKER_CONFIG, True, kind, doc, ((name, value, 4),))
@@ -166,32 +191,83 @@ def _resource_values(services: BrokerServices, kind: int, name: str) -> list[Con
             raise AdminError("unknown_topic_or_partition", f"Topic '{name}' does not exist.")
         return topic_config_values(topic.record.configs, services.replicas.broker_defaults)
     if kind == BROKER:
-        if name not in ("", str(services.node_id)):
-            raise AdminError(
-                "invalid_request", f"Broker {services.node_id} cannot describe broker {name}."
-            )
+        _check_broker_name(services, name)
         return _broker_config_values(services)
     if kind == BROKER_LOGGER:
         raise AdminError("invalid_request", "Broker loggers are not configurable over Kafka.")
     raise AdminError("invalid_request", f"Unknown resource type {kind}.")
 
 
+def _check_broker_name(services: BrokerServices, name: str) -> None:
+    """A broker answers for itself: its id, or "" for the cluster's defaults."""
+    if name not in ("", str(services.node_id)):
+        raise AdminError(
+            "invalid_request", f"Broker {services.node_id} cannot answer for broker {name}."
+        )
+
+
 async def handle_incremental_alter_configs(
     services: BrokerServices, ctx: RequestContext, request: Any
 ) -> Any:
+    async def apply(resource: Any) -> None:
+        if resource.resource_type != TOPIC:
+            raise AdminError(
+                "invalid_request",
+                "Only topic configs can be altered; broker configs come from its flags"
+                " and environment.",
+            )
+        ops = [ConfigOp(c.name, c.config_operation, c.value) for c in resource.configs]
+        await services.admin.alter_configs(resource.resource_name, ops, request.validate_only)
+
+    return await _alter_each(ctx, request, apply)
+
+
+async def handle_alter_configs(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
+    """Legacy AlterConfigs (33): a resource's dynamic configs become exactly those named.
+
+    A broker has no dynamic configs, so replacing them with none is the only
+    change it accepts (and changes nothing); naming any is refused as
+    IncrementalAlterConfigs refuses it.
+    """
+
+    async def apply(resource: Any) -> None:
+        configs = {c.name: c.value for c in resource.configs}
+        if resource.resource_type == TOPIC:
+            nulls = sorted(name for name, value in configs.items() if value is None)
+            if nulls:
+                # A null cannot mean "revert": leaving the config out does that.
+                raise AdminError(
+                    "invalid_request", f"Null value not supported for: {', '.join(nulls)}."
+                )
+            await services.admin.replace_configs(
+                resource.resource_name, configs, request.validate_only
+            )
+        elif resource.resource_type == BROKER:
+            _check_broker_name(services, resource.resource_name)
+            if configs:
+                raise AdminError(
+                    "invalid_request",
+                    f"Cannot update these broker configs dynamically: {', '.join(sorted(configs))}."
+                    " Broker configs come from its flags and environment.",
+                )
+        elif resource.resource_type == BROKER_LOGGER:
+            raise AdminError("invalid_request", "Broker loggers are not configurable over Kafka.")
+        else:
+            raise AdminError("invalid_request", f"Unknown resource type {resource.resource_type}.")
+
+    return await _alter_each(ctx, request, apply)
+
+
+async def _alter_each(
+    ctx: RequestContext, request: Any, apply: Callable[[Any], Awaitable[None]]
+) -> Any:
+    """Apply each resource's change on its own: one refusal leaves the others be."""
     api = ctx.api
     results = []
     for resource in request.resources:
         code, message = E.none, None
         try:
-            if resource.resource_type != TOPIC:
-                raise AdminError(
-                    "invalid_request",
-                    "Only topic configs can be altered; broker configs come from its flags"
-                    " and environment.",
-                )
-            ops = [ConfigOp(c.name, c.config_operation, c.value) for c in resource.configs]
-            await services.admin.alter_configs(resource.resource_name, ops, request.validate_only)
+            await apply(resource)
         except AdminError as exc:
             code, message = error(exc.code), exc.message
         results.append(

@@ -1,9 +1,12 @@
 """Topic administration inside the tenant's namespace, with the partition limit.
 
 CreateTopics needs CREATE on the cluster or on the topic, DeleteTopics DELETE,
-CreatePartitions ALTER, DescribeConfigs DESCRIBE_CONFIGS and
+CreatePartitions ALTER, DescribeConfigs DESCRIBE_CONFIGS and AlterConfigs and
 IncrementalAlterConfigs ALTER_CONFIGS on the topic. Broker and logger configs
-are the platform's: a tenant asking for them gets CLUSTER_AUTHORIZATION_FAILED.
+are the platform's: only a platform admin's key may change them or read them
+whole. A tenant with DESCRIBE_CONFIGS on its cluster may read a few broker
+configs its clients need (:mod:`shoal.gateway.apis.broker_configs`); anything
+else about brokers gets CLUSTER_AUTHORIZATION_FAILED.
 
 A tenant with ``max_partitions`` may not hold more partitions than that in
 total: a CreateTopics or CreatePartitions that would pass it is refused with
@@ -31,9 +34,12 @@ from shoal.gateway.apis.base import (
     replace,
     scrubbed,
 )
+from shoal.gateway.apis.broker_configs import tenant_view
 from shoal.tenancy.model import Operation
 
 TOPIC_RESOURCE: Final = 2
+BROKER_RESOURCE: Final = 4
+BROKER_LOGGER_RESOURCE: Final = 8
 
 
 async def _tenant_partitions(ctx: RequestContext) -> Mapping[str, int]:
@@ -194,21 +200,42 @@ async def delete_topics(ctx: RequestContext, request: Any) -> Step:
 
 
 def _config_check(ctx: RequestContext, resource: Any, operation: Operation) -> E | None:
-    if resource.resource_type != TOPIC_RESOURCE:
-        return E.cluster_authorization_failed
-    if not resource.resource_name or not ctx.access.may_topic(resource.resource_name, operation):
-        return E.topic_authorization_failed
-    return None
+    access = ctx.access
+    kind = resource.resource_type
+    if kind == TOPIC_RESOURCE:
+        if not resource.resource_name or not access.may_topic(resource.resource_name, operation):
+            return E.topic_authorization_failed
+        return None
+    if kind in (BROKER_RESOURCE, BROKER_LOGGER_RESOURCE) and access.platform_admin:
+        return None
+    if (
+        kind == BROKER_RESOURCE
+        and operation == Operation.DESCRIBE_CONFIGS
+        and access.may_cluster(Operation.DESCRIBE_CONFIGS)
+    ):
+        return None
+    return E.cluster_authorization_failed
 
 
-def _config_refusal_message(code: E) -> str:
-    if code == E.cluster_authorization_failed:
-        return "broker configs are the platform's; tenants see topic configs only"
-    return "the key may not do this to the topic"
+def _config_refusal_message(code: E, operation: Operation) -> str:
+    if code != E.cluster_authorization_failed:
+        return "the key may not do this to the topic"
+    if operation == Operation.DESCRIBE_CONFIGS:
+        return (
+            "tenants may describe topic configs and a subset of broker configs"
+            " (DESCRIBE_CONFIGS on the cluster); broker loggers are the platform's"
+        )
+    return "broker configs are the platform's to change"
 
 
 async def describe_configs(ctx: RequestContext, request: Any) -> Step:
     return _configs(ctx, request, Operation.DESCRIBE_CONFIGS, "DescribeConfigsResult", "results")
+
+
+async def alter_configs(ctx: RequestContext, request: Any) -> Step:
+    return _configs(
+        ctx, request, Operation.ALTER_CONFIGS, "AlterConfigsResourceResponse", "responses"
+    )
 
 
 async def incremental_alter_configs(ctx: RequestContext, request: Any) -> Step:
@@ -224,14 +251,16 @@ def _configs(
     allowed, refusals = [], []
     for resource in request.resources:
         code = _config_check(ctx, resource, operation)
-        if code is None:
+        if code is None and resource.resource_type == TOPIC_RESOURCE:
             allowed.append(replace(resource, resource_name=ns.inward(resource.resource_name)))
+        elif code is None:
+            allowed.append(resource)
         else:
             refusals.append(
                 api.make(
                     result_class,
                     error_code=code,
-                    error_message=_config_refusal_message(code),
+                    error_message=_config_refusal_message(code, operation),
                     resource_type=resource.resource_type,
                     resource_name=resource.resource_name,
                     configs=(),
@@ -243,6 +272,10 @@ def _configs(
     def finish(response: Any) -> Any:
         mine = []
         for result in getattr(response, results):
+            if result.resource_type != TOPIC_RESOURCE:
+                # Only resources this key may see were forwarded (see _config_check).
+                mine.append(_broker_result(ctx, result))
+                continue
             name = ns.outward(result.resource_name)
             if name is not None:
                 renamed = replace(result, resource_name=name)
@@ -250,3 +283,9 @@ def _configs(
         return replace(response, **{results: tuple(mine) + tuple(refusals)})
 
     return Forward(replace(request, resources=tuple(allowed)), finish)
+
+
+def _broker_result(ctx: RequestContext, result: Any) -> Any:
+    """A broker's answer as this key may see it: whole for the platform admin. Only
+    DescribeConfigs forwards a tenant's broker resource, so a tenant's result has configs."""
+    return result if ctx.access.platform_admin else tenant_view(result)

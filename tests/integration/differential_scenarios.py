@@ -45,6 +45,7 @@ from confluent_kafka import (
     ConsumerGroupState,
     ConsumerGroupTopicPartitions,
     ConsumerGroupType,
+    ElectionType,
     IsolationLevel,
     KafkaError,
     KafkaException,
@@ -1294,6 +1295,32 @@ def legacy_alter_configs(env: Endpoint) -> Observation:
     return {
         "result": result,
         "after": settled(env, topic, keys, {"max.message.bytes": "400000"}),
+    }
+
+
+@scenario()
+def elect_leaders_without_an_election_to_make(env: Endpoint) -> Observation:
+    """ElectLeaders (API 43) where the preferred replica leads, and for missing partitions."""
+    topic = create_topic(env, "elect")
+    missing = env.topic_name("elect-missing")
+    labels = {topic: "topic", missing: "missing"}
+    admin = env.admin()
+
+    def elect(kind: ElectionType, partitions: list[TopicPartition]) -> Any:
+        future = admin.elect_leaders(kind, partitions)
+        return outcome(
+            future,
+            lambda result: sorted(
+                [f"{labels[tp.topic]}-{tp.partition}", error_name(error)]
+                for tp, error in result.items()
+            ),
+        )
+
+    return {
+        "preferred": elect(ElectionType.PREFERRED, [TopicPartition(topic, 0)]),
+        "unclean": elect(ElectionType.UNCLEAN, [TopicPartition(topic, 0)]),
+        "missing_partition": elect(ElectionType.PREFERRED, [TopicPartition(topic, 7)]),
+        "missing_topic": elect(ElectionType.PREFERRED, [TopicPartition(missing, 0)]),
     }
 
 

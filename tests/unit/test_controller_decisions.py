@@ -25,10 +25,14 @@ from shoal.broker.cluster.model import (
 )
 from shoal.broker.cluster.store import PartitionChange
 from shoal.broker.controller.decisions import (
+    PREFERRED_ELECTION,
+    UNCLEAN_ELECTION,
+    ElectionOutcome,
     IsrChangeRefusedError,
     IsrChangeRequest,
     alter_isr,
     elect_leaders,
+    elect_requested,
     rebalance_preferred_leaders,
 )
 
@@ -431,3 +435,87 @@ def test_isr_request_for_an_unknown_topic_id() -> None:
     with pytest.raises(IsrChangeRefusedError) as refused:
         alter_isr(_image([orders], live=(1, 2, 3)), _isr_request(other))
     assert refused.value.code == "unknown_topic_id"
+
+
+# -- ElectLeaders: elections an admin asks for ---------------------------------------------
+
+
+def _outcomes(
+    image: ClusterImage, wanted: Sequence[tuple[str, int]] | None, kind: int
+) -> dict[tuple[str, int], ElectionOutcome]:
+    return {(o.topic, o.index): o for o in elect_requested(image, wanted, kind, _by_config)}
+
+
+def test_preferred_election_moves_leadership_back_to_the_first_replica() -> None:
+    orders = _topic("orders", [((1, 2, 3), _state(2, (1, 2, 3), leader_epoch=4))])
+    [outcome] = elect_requested(
+        _image([orders], live=(1, 2, 3)), [("orders", 0)], PREFERRED_ELECTION, _never
+    )
+    assert outcome.code is None
+    assert outcome.change is not None
+    assert (outcome.change.state.leader, outcome.change.state.leader_epoch) == (1, 5)
+    assert outcome.change.state.isr == (1, 2, 3)
+    assert outcome.change.expected_revision == 100
+
+
+def test_preferred_election_answers_as_kafka_for_each_partition() -> None:
+    orders = _topic(
+        "orders",
+        [
+            ((1, 2), _state(1, (1, 2))),  # the preferred replica leads already
+            ((3, 1), _state(1, (1,))),  # preferred alive but out of sync
+            ((4, 1), _state(1, (1, 4))),  # preferred in the ISR but gone
+        ],
+    )
+    wanted = [("orders", 0), ("orders", 1), ("orders", 2), ("orders", 3), ("nope", 0)]
+    outcomes = _outcomes(_image([orders], live=(1, 2, 3)), wanted, PREFERRED_ELECTION)
+    assert {key: o.code for key, o in outcomes.items()} == {
+        ("orders", 0): "election_not_needed",
+        ("orders", 1): "preferred_leader_not_available",
+        ("orders", 2): "preferred_leader_not_available",
+        ("orders", 3): "unknown_topic_or_partition",
+        ("nope", 0): "unknown_topic_or_partition",
+    }
+    assert all(o.change is None for o in outcomes.values())
+
+
+def test_election_of_every_partition_leaves_out_those_that_need_none() -> None:
+    orders = _topic("orders", [((1, 2), _state(1, (1, 2))), ((1, 2), _state(2, (1, 2)))])
+    outcomes = _outcomes(_image([orders], live=(1, 2)), None, PREFERRED_ELECTION)
+    assert list(outcomes) == [("orders", 1)]
+    assert outcomes["orders", 1].code is None
+
+
+def test_unclean_election_is_for_partitions_without_a_leader() -> None:
+    led = _topic("led", [((1, 2), _state(1, (1, 2)))], {UNCLEAN: "true"})
+    outcomes = _outcomes(_image([led], live=(1, 2)), [("led", 0)], UNCLEAN_ELECTION)
+    assert outcomes["led", 0].code == "election_not_needed"
+
+
+def test_unclean_election_takes_a_live_replica_only_where_the_topic_allows_it() -> None:
+    allowed = _topic(
+        "allowed", [((1, 2, 3), _state(-1, (1, 2), leader_epoch=5))], {UNCLEAN: "true"}
+    )
+    refused = _topic("refused", [((1, 2, 3), _state(-1, (1, 2)))])
+    outcomes = _outcomes(
+        _image([allowed, refused], live=(3,)), [("allowed", 0), ("refused", 0)], UNCLEAN_ELECTION
+    )
+    change = outcomes["allowed", 0].change
+    assert change is not None
+    assert (change.state.leader, change.state.isr, change.state.leader_epoch) == (3, (3,), 6)
+    assert outcomes["refused", 0].code == "eligible_leaders_not_available"
+    assert "unclean.leader.election.enable" in (outcomes["refused", 0].message or "")
+
+
+def test_unclean_election_prefers_a_live_in_sync_replica() -> None:
+    orders = _topic("orders", [((3, 1, 2), _state(-1, (1, 2)))], {UNCLEAN: "true"})
+    outcomes = _outcomes(_image([orders], live=(2, 3)), [("orders", 0)], UNCLEAN_ELECTION)
+    change = outcomes["orders", 0].change
+    assert change is not None
+    assert (change.state.leader, change.state.isr) == (2, (2,))
+
+
+def test_unclean_election_with_no_replica_alive_elects_nobody() -> None:
+    orders = _topic("orders", [((1, 2), _state(-1, (1,)))], {UNCLEAN: "true"})
+    outcomes = _outcomes(_image([orders], live=(3,)), [("orders", 0)], UNCLEAN_ELECTION)
+    assert outcomes["orders", 0].code == "eligible_leaders_not_available"

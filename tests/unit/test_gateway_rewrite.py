@@ -31,8 +31,10 @@ from acl_store_stub import StubAclStore
 from shoal.gateway.access import TenantAccess
 from shoal.gateway.apis import (
     REWRITERS,
+    broker_configs,
     client_quotas,
     cluster,
+    elections,
     groups,
     records,
     topics,
@@ -48,7 +50,7 @@ from shoal.gateway.apis.base import (
     replace,
 )
 from shoal.gateway.server import offered_versions
-from shoal.tenancy.acl import default_bindings, read_only_bindings
+from shoal.tenancy.acl import CLUSTER_NAME, default_bindings, read_only_bindings
 from shoal.tenancy.model import (
     AclBinding,
     Operation,
@@ -84,10 +86,12 @@ TOPIC_IDS: Mapping[uuid.UUID, str] = {
 NO_THROTTLE = datetime.timedelta(0)
 TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4
+BROKER_LOGGER_RESOURCE = 8
 
 TOPIC = ResourceType.TOPIC
 GROUP = ResourceType.GROUP
 TXN = ResourceType.TRANSACTIONAL_ID
+CLUSTER = ResourceType.CLUSTER
 
 
 # Stubs and helpers
@@ -1466,8 +1470,11 @@ def describe_configs_request(api: ApiSchema, resources: Sequence[tuple[int, str]
 
 
 @pytest.mark.parametrize("version", [1, 4])
-async def test_describe_configs_of_a_broker_is_cluster_authorization_failed(version: int) -> None:
-    ctx = context(32, version)
+async def test_describe_configs_of_a_broker_needs_describe_configs_on_the_cluster(
+    version: int,
+) -> None:
+    bindings = denying(CLUSTER, CLUSTER_NAME, Operation.DESCRIBE_CONFIGS)
+    ctx = context(32, version, bindings=bindings)
     request = describe_configs_request(ctx.api, [(BROKER_RESOURCE, "0")])
 
     response = answered(ctx.api, await topics.describe_configs(ctx, request))
@@ -1481,10 +1488,12 @@ async def test_describe_configs_of_a_broker_is_cluster_authorization_failed(vers
     assert result.error_message
 
 
-async def test_describe_configs_forwards_the_tenants_topics_beside_a_refused_broker() -> None:
+async def test_describe_configs_forwards_the_tenants_topics_beside_a_refused_logger() -> None:
     ctx = context(32, 4)
     api = ctx.api
-    request = describe_configs_request(api, [(TOPIC_RESOURCE, "orders"), (BROKER_RESOURCE, "0")])
+    request = describe_configs_request(
+        api, [(TOPIC_RESOURCE, "orders"), (BROKER_LOGGER_RESOURCE, "0")]
+    )
 
     step = await topics.describe_configs(ctx, request)
 
@@ -1543,6 +1552,221 @@ async def test_config_errors_name_the_tenants_topic_not_the_brokers() -> None:
     [result] = finished(api, step, broker).responses
     assert result.resource_name == "secret"
     assert result.error_message == "Invalid value -2 for retention.ms of topic 'secret'"
+
+
+def broker_config_entry(api: ApiSchema, name: str, value: str, source: int = 4) -> Any:
+    return api.make(
+        "DescribeConfigsResourceResult",
+        name=name,
+        value=value,
+        read_only=True,
+        config_source=source,
+        is_sensitive=False,
+        synonyms=(api.make("DescribeConfigsSynonym", name=name, value=value, source=source),),
+        config_type=3,
+        documentation=None,
+    )
+
+
+def broker_configs_response(api: ApiSchema, broker: str, entries: Sequence[Any]) -> Any:
+    return api.response(
+        throttle_time=NO_THROTTLE,
+        results=(
+            api.make(
+                "DescribeConfigsResult",
+                error_code=ErrorCode.none,
+                error_message=None,
+                resource_type=BROKER_RESOURCE,
+                resource_name=broker,
+                configs=tuple(entries),
+            ),
+        ),
+    )
+
+
+@pytest.mark.parametrize("broker", ["", "1"])
+async def test_describe_configs_of_a_broker_shows_a_tenant_the_documented_subset(
+    broker: str,
+) -> None:
+    ctx = context(32, 4)
+    api = ctx.api
+    step = await topics.describe_configs(ctx, describe_configs_request(api, [(4, broker)]))
+    sent = broker_receives(api, step)
+    assert [(r.resource_type, r.resource_name) for r in sent.resources] == [(4, broker)]
+    entries = [
+        broker_config_entry(api, "message.max.bytes", "1048588"),
+        broker_config_entry(api, "log.retention.ms", "604800000", source=5),
+        broker_config_entry(api, "advertised.listeners", "PLAINTEXT://10.0.0.7:9192"),
+        broker_config_entry(api, "log.dirs", "/var/lib/shoal"),
+    ]
+
+    [result] = finished(api, step, broker_configs_response(api, broker, entries)).results
+
+    assert result.resource_name == broker
+    seen = {c.name: c for c in result.configs}
+    assert set(seen) == {"message.max.bytes", "log.retention.ms"}
+    retention = seen["log.retention.ms"]
+    assert (retention.value, retention.config_source, retention.read_only) == ("604800000", 5, True)
+    assert [(s.name, s.source) for s in retention.synonyms] == [("log.retention.ms", 5)]
+
+
+async def test_describe_configs_of_a_broker_is_whole_for_the_platform_admin() -> None:
+    ctx = context(32, 4, platform_admin=True)
+    api = ctx.api
+    step = await topics.describe_configs(ctx, describe_configs_request(api, [(4, "0")]))
+    entries = [
+        broker_config_entry(api, "message.max.bytes", "1048588"),
+        broker_config_entry(api, "log.dirs", "/var/lib/shoal"),
+    ]
+
+    [result] = finished(api, step, broker_configs_response(api, "0", entries)).results
+
+    assert [c.name for c in result.configs] == ["message.max.bytes", "log.dirs"]
+
+
+def test_the_tenant_subset_names_no_address_path_or_secret() -> None:
+    for name in broker_configs.TENANT_BROKER_CONFIGS:
+        assert not any(
+            word in name for word in ("listener", "dir", "password", "ssl", "sasl", "host", "rack")
+        ), name
+
+
+def alter_configs_request(api: ApiSchema, resources: Sequence[tuple[int, str]]) -> Any:
+    return api.request(
+        resources=tuple(
+            api.make_request(
+                "AlterConfigsResource",
+                resource_type=kind,
+                resource_name=name,
+                configs=(api.make_request("AlterableConfig", name="retention.ms", value="1000"),),
+            )
+            for kind, name in resources
+        ),
+        validate_only=False,
+    )
+
+
+@pytest.mark.parametrize("version", [0, 2])
+async def test_alter_configs_maps_topics_inward_and_refuses_brokers_to_a_tenant(
+    version: int,
+) -> None:
+    ctx = context(33, version)
+    api = ctx.api
+    request = alter_configs_request(api, [(TOPIC_RESOURCE, "orders"), (BROKER_RESOURCE, "0")])
+
+    step = await topics.alter_configs(ctx, request)
+
+    sent = broker_receives(api, step)
+    assert [(r.resource_type, r.resource_name) for r in sent.resources] == [
+        (TOPIC_RESOURCE, "acme.orders")
+    ]
+    assert [(c.name, c.value) for c in sent.resources[0].configs] == [("retention.ms", "1000")]
+    broker = api.response(
+        throttle_time=NO_THROTTLE,
+        responses=(
+            api.make(
+                "AlterConfigsResourceResponse",
+                error_code=ErrorCode.invalid_config,
+                error_message="Invalid value 1000 for topic 'acme.orders'",
+                resource_type=TOPIC_RESOURCE,
+                resource_name="acme.orders",
+            ),
+        ),
+    )
+    results = {r.resource_name: r for r in finished(api, step, broker).responses}
+    assert results["orders"].error_message == "Invalid value 1000 for topic 'orders'"
+    assert results["0"].error_code == ErrorCode.cluster_authorization_failed
+
+
+async def test_alter_configs_of_a_topic_needs_alter_configs_on_it() -> None:
+    ctx = context(33, 1, bindings=denying(TOPIC, "orders", Operation.ALTER_CONFIGS))
+
+    response = answered(
+        ctx.api, await topics.alter_configs(ctx, alter_configs_request(ctx.api, [(2, "orders")]))
+    )
+
+    [result] = response.responses
+    assert (result.resource_name, result.error_code) == (
+        "orders",
+        ErrorCode.topic_authorization_failed,
+    )
+
+
+@pytest.mark.parametrize(
+    ("api_key", "rewriter"), [(33, "alter_configs"), (44, "incremental_alter_configs")]
+)
+async def test_broker_configs_reach_the_brokers_for_the_platform_admin_only(
+    api_key: int, rewriter: str
+) -> None:
+    ctx = context(api_key, 1, platform_admin=True)
+    request = ctx.api.request(
+        resources=(
+            ctx.api.make_request(
+                "AlterConfigsResource", resource_type=BROKER_RESOURCE, resource_name="", configs=()
+            ),
+        ),
+        validate_only=True,
+    )
+
+    sent = broker_receives(ctx.api, await getattr(topics, rewriter)(ctx, request))
+
+    assert [(r.resource_type, r.resource_name) for r in sent.resources] == [(BROKER_RESOURCE, "")]
+
+
+def elect_leaders_request(api: ApiSchema, partitions: Mapping[str, Sequence[int]] | None) -> Any:
+    return api.request(
+        election_type=0,
+        topic_partitions=None
+        if partitions is None
+        else tuple(
+            api.make_request("TopicPartitions", topic=name, partitions=tuple(indexes))
+            for name, indexes in partitions.items()
+        ),
+        timeout=datetime.timedelta(seconds=30),
+    )
+
+
+@pytest.mark.parametrize("version", [0, 2])
+async def test_elect_leaders_is_cluster_authorization_failed_for_a_tenant(version: int) -> None:
+    # Even a key the tenant gave ALTER on its cluster: leadership is every tenant's.
+    alter = AclBinding(
+        TENANT, KEY, CLUSTER, PatternType.LITERAL, CLUSTER_NAME, Operation.ALTER, Permission.ALLOW
+    )
+    ctx = context(43, version, bindings=[*default_bindings(TENANT, KEY), alter])
+
+    step = await elections.elect_leaders(ctx, elect_leaders_request(ctx.api, {"orders": [0, 1]}))
+
+    response = answered(ctx.api, step)
+    if version >= 1:
+        assert response.error_code == ErrorCode.cluster_authorization_failed
+    [topic] = response.replica_election_results
+    assert topic.topic == "orders"
+    assert [(p.partition_id, p.error_code) for p in topic.partition_result] == [
+        (0, ErrorCode.cluster_authorization_failed),
+        (1, ErrorCode.cluster_authorization_failed),
+    ]
+
+
+async def test_elect_leaders_of_every_partition_is_refused_with_no_partitions_named() -> None:
+    ctx = context(43, 2)
+
+    response = answered(
+        ctx.api, await elections.elect_leaders(ctx, elect_leaders_request(ctx.api, None))
+    )
+
+    assert response.error_code == ErrorCode.cluster_authorization_failed
+    assert response.replica_election_results == ()
+
+
+async def test_elect_leaders_reaches_the_brokers_unchanged_for_the_platform_admin() -> None:
+    ctx = context(43, 2, platform_admin=True)
+
+    sent = broker_receives(
+        ctx.api,
+        await elections.elect_leaders(ctx, elect_leaders_request(ctx.api, {"globex.pay": [0]})),
+    )
+
+    assert [(t.topic, t.partitions) for t in sent.topic_partitions] == [("globex.pay", (0,))]
 
 
 # Client quotas

@@ -6,7 +6,7 @@
 // over plain TCP (ssl false), as a tenant logs in to the gateway.
 'use strict';
 
-const { Kafka, logLevel } = require('kafkajs');
+const { ConfigResourceTypes, Kafka, logLevel } = require('kafkajs');
 
 const spec = JSON.parse(process.argv[2]);
 
@@ -244,7 +244,55 @@ async function acls(step) {
   }
 }
 
-const STEPS = { transactions, consume, transform, admin, endOffsets, acls };
+// {topic, alter: [{name, value}], broker}: admin.alterConfigs on the topic (the legacy
+// AlterConfigs, which replaces every override), then admin.describeConfigs of the topic
+// and of broker `broker` ("" for the cluster default); each answers with KafkaJS's
+// result, or {error: {type, message}}.
+async function configs(step) {
+  const admin = kafka.admin();
+  await admin.connect();
+  const results = {};
+  async function attempt(name, call) {
+    try {
+      results[name] = await call();
+    } catch (error) {
+      results[name] = { error: { type: error.type, message: error.message } };
+    }
+  }
+  const topic = { type: ConfigResourceTypes.TOPIC, name: step.topic };
+  try {
+    await attempt('altered', () =>
+      admin.alterConfigs({
+        validateOnly: false,
+        resources: [{ ...topic, configEntries: step.alter }],
+      }),
+    );
+    await attempt('topic', () => admin.describeConfigs({ includeSynonyms: false, resources: [topic] }));
+    await attempt('broker', () =>
+      admin.describeConfigs({
+        includeSynonyms: true,
+        resources: [{ type: ConfigResourceTypes.BROKER, name: step.broker }],
+      }),
+    );
+    await attempt('alteredBroker', () =>
+      admin.alterConfigs({
+        validateOnly: true,
+        resources: [
+          {
+            type: ConfigResourceTypes.BROKER,
+            name: step.broker,
+            configEntries: [{ name: 'message.max.bytes', value: '2000000' }],
+          },
+        ],
+      }),
+    );
+    return results;
+  } finally {
+    await admin.disconnect();
+  }
+}
+
+const STEPS = { transactions, consume, transform, admin, endOffsets, acls, configs };
 
 (async () => {
   for (const step of spec.steps) {
