@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 PIP_INSTALL := $(BIN)/pip install --disable-pip-version-check --quiet
 EDITABLE := --config-settings editable_mode=strict
 
-.PHONY: dev test check pytest test-kube bench bench-detail clean kcat java helm kafka spark-kafka kafkajs
+.PHONY: dev test check pytest test-kube bench-smoke bench bench-detail clean kcat java helm kafka spark-kafka kafkajs
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -146,7 +146,13 @@ PYTEST_WORKERS := -n 2 --dist loadfile
 
 pytest: $(VENV)/.installed-test kcat java helm kafka spark-kafka kafkajs
 	$(BIN)/pytest -q $(PYTEST_WORKERS) -m 'not alone' --durations=25 $(PYTEST_ARGS)
-	$(BIN)/pytest -q -m alone --durations=5 $(PYTEST_ARGS)
+	$(BIN)/pytest -q -m 'alone and not bench_smoke' --durations=5 $(PYTEST_ARGS)
+
+# The quick benchmark suite (`make bench` at 5% scale, every peer, from the
+# checkout): proves the benchmarks run, in about five minutes of both cores,
+# so it is not part of `make test`'s loop; CI runs it after `make test`.
+bench-smoke: $(VENV)/.installed-test java kafka
+	$(BIN)/pytest -q -m bench_smoke $(PYTEST_ARGS)
 
 test: check pytest
 

@@ -99,9 +99,11 @@ def table_columns(table: str) -> dict[str, dict[str, str]]:
 
 
 # `alone`: the suite keeps both cores busy for minutes; beside other tests it
-# would slow their timeouts and they its figures.
+# would slow their timeouts and they its figures. `bench_smoke`: its five
+# minutes are `make bench-smoke`'s, which CI runs after `make test`.
 @pytest.mark.slow
 @pytest.mark.alone
+@pytest.mark.bench_smoke
 @pytest.mark.timeout(1140)
 def test_quick_suite_runs_from_the_checkout_root(tmp_path: Path) -> None:
     out = tmp_path / "out"
