@@ -1171,12 +1171,17 @@ def delete_topics_known_and_unknown(env: Endpoint) -> Observation:
         "unknown": outcome(futures[missing], lambda _: "deleted"),
     }
 
-    wait_for(lambda: "error" in describe_topic(env, topic))
-    return {
-        "delete": result,
-        "describe_after": describe_topic(env, topic),
-        "listed_after": listed(env, topic),
-    }
+    # Kafka's brokers learn of a deletion one by one, and each call may ask
+    # another: what is observed is the first answer in which both agree (or the
+    # last one, if they never do).
+    seen: dict[str, Any] = {}
+
+    def gone() -> bool:
+        seen.update(describe_after=describe_topic(env, topic), listed_after=listed(env, topic))
+        return "error" in seen["describe_after"] and not seen["listed_after"]
+
+    wait_for(gone)
+    return {"delete": result, **seen}
 
 
 # -- configs ---------------------------------------------------------------------------------

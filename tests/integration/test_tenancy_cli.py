@@ -92,12 +92,13 @@ def test_tenants_keys_acls_and_quotas(etcd: EtcdServer) -> None:
 
     quotas = as_json(
         "quota", "set", "acme", "--etcd", url, "--producer-byte-rate", "1048576",
-        "--max-partitions", "12",
+        "--max-partitions", "12", "--max-connections", "40",
     )  # fmt: skip
     assert quotas["quotas"] == {
         "producer_byte_rate": 1048576,
         "consumer_byte_rate": None,
         "max_partitions": 12,
+        "max_connections": 40,
     }
     shown = as_json("quota", "show", "acme", "--etcd", url)
     assert shown["producer_byte_rate"] == 1048576
