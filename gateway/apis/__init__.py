@@ -65,7 +65,7 @@ REWRITERS: Final[dict[int, tuple[tuple[int, int], Rewriter]]] = {
     37: ((0, 3), topics.create_partitions),
     42: ((0, 2), groups.delete_groups),
     43: ((0, 2), elections.elect_leaders),
-    44: ((0, 1), topics.incremental_alter_configs),
+    44: ((0, 1), topics.alter_configs),
     47: ((0, 0), groups.offset_delete),
     60: ((0, 1), cluster.describe_cluster),
     61: ((0, 0), transactions.describe_producers),

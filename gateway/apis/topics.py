@@ -233,12 +233,7 @@ async def describe_configs(ctx: RequestContext, request: Any) -> Step:
 
 
 async def alter_configs(ctx: RequestContext, request: Any) -> Step:
-    return _configs(
-        ctx, request, Operation.ALTER_CONFIGS, "AlterConfigsResourceResponse", "responses"
-    )
-
-
-async def incremental_alter_configs(ctx: RequestContext, request: Any) -> Step:
+    """AlterConfigs (33) and IncrementalAlterConfigs (44): the same checks and answer shape."""
     return _configs(
         ctx, request, Operation.ALTER_CONFIGS, "AlterConfigsResourceResponse", "responses"
     )

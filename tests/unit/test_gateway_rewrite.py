@@ -1536,7 +1536,7 @@ async def test_config_errors_name_the_tenants_topic_not_the_brokers() -> None:
         ),
         validate_only=False,
     )
-    step = await topics.incremental_alter_configs(ctx, request)
+    step = await topics.alter_configs(ctx, request)
     broker = api.response(
         throttle_time=NO_THROTTLE,
         responses=(
@@ -1692,12 +1692,8 @@ async def test_alter_configs_of_a_topic_needs_alter_configs_on_it() -> None:
     )
 
 
-@pytest.mark.parametrize(
-    ("api_key", "rewriter"), [(33, "alter_configs"), (44, "incremental_alter_configs")]
-)
-async def test_broker_configs_reach_the_brokers_for_the_platform_admin_only(
-    api_key: int, rewriter: str
-) -> None:
+@pytest.mark.parametrize("api_key", [33, 44])
+async def test_broker_configs_reach_the_brokers_for_the_platform_admin_only(api_key: int) -> None:
     ctx = context(api_key, 1, platform_admin=True)
     request = ctx.api.request(
         resources=(
@@ -1708,7 +1704,8 @@ async def test_broker_configs_reach_the_brokers_for_the_platform_admin_only(
         validate_only=True,
     )
 
-    sent = broker_receives(ctx.api, await getattr(topics, rewriter)(ctx, request))
+    _, rewrite = REWRITERS[api_key]
+    sent = broker_receives(ctx.api, await rewrite(ctx, request))
 
     assert [(r.resource_type, r.resource_name) for r in sent.resources] == [(BROKER_RESOURCE, "")]
 
