@@ -363,7 +363,10 @@ async def _create_key(store: TenancyStore, spec: TenantSpec, key: KeySpec) -> tu
     description = spec.marker(key.name) + (f" {key.description}" if key.description else "")
     minted = await asyncio.to_thread(mint_key, spec.tenant, description, _now_ms())
     key_id = minted.key.key_id
-    await store.add_key(minted.key, role_bindings(key.role, spec.tenant, key_id))
+    # Born with every binding the spec gives it, in one write: a gateway that sees
+    # the key must not see it with its role's bindings but without its extra ACLs.
+    declared = [acl.binding(spec.tenant, key_id) for acl in spec.acls if acl.key == key.name]
+    await store.add_key(minted.key, [*role_bindings(key.role, spec.tenant, key_id), *declared])
     return key_id, minted.secret
 
 

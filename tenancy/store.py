@@ -167,13 +167,17 @@ class TenancyStore:
     # -- keys ------------------------------------------------------------------
 
     async def add_key(self, key: ApiKey, bindings: Sequence[AclBinding]) -> None:
-        """Store a new key and its bindings together, if its tenant exists."""
+        """Store a new key and its bindings, if its tenant exists: whoever sees the key
+        sees all its bindings. Bindings beyond one transaction's room go first (a
+        binding for a key that does not exist yet grants nothing)."""
+        room = MAX_TXN_OPS - 1
+        await self.add_bindings(key.tenant, bindings[room:])
         t = self._client.transactions
         tenant_key = self._key("tenants", key.tenant)
         ops = [t.put(self._key("keys", key.key_id), key.to_json())]
         ops += [
             t.put(self._key("acls", b.tenant, binding_id(b)), json.dumps(b.to_dict()).encode())
-            for b in bindings
+            for b in bindings[:room]
         ]
         ok, _ = await self._call(
             self._client.transaction(compare=[t.version(tenant_key) > 0], success=ops, failure=[])

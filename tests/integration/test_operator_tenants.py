@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import shutil
 import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+import aetcd
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from conftest import EtcdServer, GatewayCluster, start_gateway_cluster
@@ -33,7 +35,9 @@ from shoal.operator.tenants import (
 )
 from shoal.operator.topics import TopicSpec, reconcile_topic
 from shoal.tenancy.model import ApiKey, Operation, PatternType, Quotas, ResourceType
-from shoal.tenancy.store import TenancyStore
+from shoal.tenancy.store import MAX_TXN_OPS, TenancyStore
+
+from shoal.etcd_address import EtcdAddress
 
 pytestmark = pytest.mark.slow
 
@@ -256,6 +260,49 @@ def test_bindings_follow_the_spec(cluster: GatewayCluster) -> None:
         PatternType.LITERAL,
         Operation.DESCRIBE,
     )
+
+
+def revisions_in_etcd(cluster: GatewayCluster, tenant_name: str) -> dict[str, int]:
+    """The revision that last wrote each of the tenant's keys and bindings, as etcd has it:
+    "key:<id>" and "acl:<principal>:<resource>"."""
+    address = EtcdAddress.parse(cluster.etcd_url)
+    root = address.root.encode() + b"/tenancy/"
+
+    async def go() -> dict[str, int]:
+        async with aetcd.Client(host=address.host, port=address.port) as client:
+            found = await client.get_prefix(root)
+        written = {}
+        for kv in found:
+            kind, _, rest = bytes(kv.key)[len(root) :].partition(b"/")
+            if kind == b"keys" and ApiKey.from_json(kv.value).tenant == tenant_name:
+                written[f"key:{rest.decode()}"] = int(kv.mod_revision)
+            elif kind == b"acls" and rest.startswith(tenant_name.encode() + b"/"):
+                binding = json.loads(kv.value)
+                name = f"acl:{binding['principal']}:{binding['resource_name']}"
+                written[name] = int(kv.mod_revision)
+        return written
+
+    return asyncio.run(go())
+
+
+def test_a_new_key_is_stored_no_later_than_every_binding_its_spec_gives_it(
+    cluster: GatewayCluster,
+) -> None:
+    """A gateway that sees a new key must see all its bindings: one read never finds the
+    key with its role's bindings but without the ACLs declared for it, even when there
+    are more than one etcd transaction holds."""
+    declared = [
+        {"key": "w", "resourceType": "TOPIC", "resourceName": f"t{i}", "operation": "WRITE"}
+        for i in range(MAX_TXN_OPS + 40)
+    ]
+    outcome = reconcile(cluster, tenant("many-acls", keys=[{"name": "w"}], acls=declared), {})
+    key_id = stored(outcome)["w"].key_id
+
+    written = revisions_in_etcd(cluster, "many-acls")
+    key_written = written.pop(f"key:{key_id}")
+    ours = {name: rev for name, rev in written.items() if name.startswith(f"acl:{key_id}:")}
+    assert {f"acl:{key_id}:t{i}" for i in range(len(declared))} <= ours.keys()
+    assert max(ours.values()) <= key_written
 
 
 def test_removing_a_tenant_revokes_its_keys_and_deletes_its_topics_only(
