@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 PIP_INSTALL := $(BIN)/pip install --disable-pip-version-check --quiet
 EDITABLE := --config-settings editable_mode=strict
 
-.PHONY: dev test check pytest test-kube bench-smoke bench bench-detail clean kcat java helm kafka spark-kafka kafkajs
+.PHONY: dev test check pytest test-kube soak bench-smoke bench bench-detail clean kcat java helm kafka spark-kafka kafkajs
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -166,6 +166,14 @@ test: check pytest
 test-kube: $(VENV)/.installed-test helm
 	bin="$$(tools/kube/build.sh)" && \
 	  SHOAL_KUBE_BIN="$$bin" $(BIN)/pytest -q --durations=10 tests/kube $(PYTEST_ARGS)
+
+# The fault schedule of tests/integration/test_fault_schedule.py for half an
+# hour (SOAK_SECONDS): leaders killed and frozen, the gateway restarted, under
+# recorded clients whose history the checker judges. SHOAL_FAULT_SEED replays one.
+SOAK_SECONDS ?= 1800
+soak: $(VENV)/.installed-test
+	SHOAL_FAULT_SECONDS=$(SOAK_SECONDS) $(BIN)/pytest -q -s -p no:xdist \
+	  tests/integration/test_fault_schedule.py $(PYTEST_ARGS)
 
 $(VENV)/.installed-bench: pyproject.toml $(PACKAGE_DIRS) | $(BIN)/python
 	$(PIP_INSTALL) -e '.[dev,bench]' $(EDITABLE)

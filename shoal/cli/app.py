@@ -7,7 +7,9 @@ measures any Kafka-compatible cluster as Kafka's perf-test tools do; ``shoal
 tenant``, ``key``, ``acl`` and ``quota`` manage tenants in etcd; ``shoal oauth
 rotate-keys`` rotates the gateways' token signing key; ``shoal rack-of-node`` is the
 brokers' init container on Kubernetes; ``shoal group`` and ``shoal txn``
-look after consumer groups and transactions. Every flag also reads a
+look after consumer groups and transactions; ``shoal history`` records what
+clients see on a cluster (under faults, say) and checks it for lost or
+duplicated writes. Every flag also reads a
 ``SHOAL_*`` environment variable, named in ``--help``.
 
 The entry point is :func:`main` (``[project.scripts]`` in pyproject.toml).
@@ -22,6 +24,7 @@ from shoal.cli.broker import broker
 from shoal.cli.dev import dev
 from shoal.cli.gateway import gateway
 from shoal.cli.group import group_app
+from shoal.cli.history import history_app
 from shoal.cli.oauth import oauth_app
 from shoal.cli.operator import operator
 from shoal.cli.rack import rack_of_node_command
@@ -48,6 +51,7 @@ app.add_typer(topic_app, name="topic")
 app.add_typer(bench_app, name="bench")
 app.add_typer(group_app, name="group")
 app.add_typer(txn_app, name="txn")
+app.add_typer(history_app, name="history")
 app.add_typer(tenant_app, name="tenant")
 app.add_typer(key_app, name="key")
 app.add_typer(acl_app, name="acl")

@@ -1,0 +1,120 @@
+"""Seeded fault schedules, and applying them to a cluster of real processes.
+
+A schedule is a list of faults drawn from one seed, so a failure replays with
+``SHOAL_FAULT_SEED=<seed>``. Each fault picks its victim when it starts (the
+leader of a random partition of the topic under test, as the brokers say at
+that moment), lasts a while, is healed, and is followed by a calm spell in
+which the cluster may recover.
+
+Kinds today: ``kill`` (SIGKILL a partition leader, start it again when the
+fault ends), ``pause`` (SIGSTOP a partition leader, SIGCONT it), and
+``gateway`` (restart the gateway).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka.admin import AdminClient
+
+log = logging.getLogger(__name__)
+
+KINDS = ("kill", "pause", "gateway")
+
+
+@dataclass(frozen=True)
+class Fault:
+    kind: str
+    partition: int
+    """Whose leader is the victim (for broker faults)."""
+    lasts_s: float
+    calm_s: float
+    """How long the cluster is left alone after the fault is healed."""
+
+
+def fault_seed() -> int:
+    given = os.environ.get("SHOAL_FAULT_SEED")
+    return int(given) if given else random.SystemRandom().randrange(1 << 32)
+
+
+def schedule(
+    seed: int, seconds: float, partitions: int, kinds: Sequence[str] = KINDS
+) -> list[Fault]:
+    """Faults filling about ``seconds``, every kind at least once when there is room."""
+    rng = random.Random(seed)
+    faults: list[Fault] = []
+    order = list(kinds)
+    rng.shuffle(order)
+    total = 0.0
+    while total < seconds:
+        kind = order[len(faults)] if len(faults) < len(order) else rng.choice(list(kinds))
+        fault = Fault(kind, rng.randrange(partitions), rng.uniform(3, 12), rng.uniform(3, 6))
+        faults.append(fault)
+        total += fault.lasts_s + fault.calm_s
+    return faults
+
+
+@dataclass
+class Applied:
+    fault: Fault
+    victim: str
+    began_s: float
+    healed_s: float
+
+
+class FaultInjector:
+    """Applies faults to the brokers and gateway of a GatewayCluster."""
+
+    def __init__(self, cluster: Any, broker_topic: str, clock: Callable[[], float]) -> None:
+        self.cluster = cluster
+        self.broker_topic = broker_topic
+        self.clock = clock
+        self.applied: list[Applied] = []
+
+    def leader_of(self, partition: int) -> int:
+        admin = AdminClient({"bootstrap.servers": self.live_bootstrap()})
+        found = admin.list_topics(self.broker_topic, timeout=10).topics[self.broker_topic]
+        return int(found.partitions[partition].leader)
+
+    def live_bootstrap(self) -> str:
+        return ",".join(b.bootstrap for b in self.cluster.brokers if b.running)
+
+    def broker(self, node: int) -> Any:
+        [found] = [b for b in self.cluster.brokers if b.node_id == node]
+        return found
+
+    def apply(self, fault: Fault) -> None:
+        began = self.clock()
+        if fault.kind == "gateway":
+            victim = "gateway"
+            self.cluster.gateway.stop()
+            time.sleep(fault.lasts_s)
+            self.cluster.gateway.start()
+        else:
+            node = self.leader_of(fault.partition)
+            if node < 0:
+                node = self.cluster.brokers[0].node_id
+            victim = f"broker {node}"
+            broker = self.broker(node)
+            if fault.kind == "kill":
+                broker.kill()
+                time.sleep(fault.lasts_s)
+                broker.start()
+            else:
+                broker.pause()
+                time.sleep(fault.lasts_s)
+                broker.resume()
+        healed = self.clock()
+        log.warning("fault %s on %s from %.1f s to %.1f s", fault.kind, victim, began, healed)
+        self.applied.append(Applied(fault, victim, began, healed))
+        time.sleep(fault.calm_s)
+
+    def run(self, faults: Sequence[Fault]) -> None:
+        for fault in faults:
+            self.apply(fault)
