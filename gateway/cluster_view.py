@@ -29,6 +29,8 @@ METADATA_VERSION: Final = 12
 API_VERSIONS_VERSION: Final = 3
 CREATE_TOPICS_VERSION: Final = 7
 _ID_REFRESH_S: Final = 1.0
+PROBE_TIMEOUT_S: Final = 2.0
+"""How long the every-second question for the live brokers may take."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +49,7 @@ class ClusterView:
         self.partition_counts: dict[str, int] = {}
         self._topic_ids: dict[uuid.UUID, str] = {}
         self._last_id_refresh = 0.0
+        self._unanswering: tuple[str, int] | None = None
         self.brokers_changed = asyncio.Event()
         """Set when an answer names a broker the gateway has no port for yet."""
 
@@ -54,6 +57,9 @@ class ClusterView:
         if self._control is not None and not self._control.closed:
             return self._control
         candidates = [(b.host, b.port) for b in self.brokers.values()] + self._bootstrap
+        if self._unanswering in candidates:
+            candidates.remove(self._unanswering)
+            candidates.append(self._unanswering)
         errors = []
         for host, port in candidates:
             try:
@@ -63,14 +69,18 @@ class ClusterView:
                 errors.append(str(exc))
         raise UpstreamError("no broker is reachable: " + "; ".join(errors))
 
-    async def call(self, api_key: int, version: int, **fields: Any) -> Any:
+    async def call(self, api_key: int, version: int, timeout_s: float = 10.0, **fields: Any) -> Any:
         api = schema(api_key, version)
         async with self._control_lock:
             connection = await self._connection()
             try:
-                return await connection.call(api, api.request(**fields))
+                return await connection.call(api, api.request(**fields), timeout_s)
             except UpstreamError:
                 connection.close()
+                # Tried last next time: a frozen broker (SIGSTOP, a stalled disk) still
+                # accepts connections, and would be asked again and again.
+                host, _, port = connection.address.rpartition(":")
+                self._unanswering = (host, int(port))
                 raise
 
     async def refresh(self) -> None:
@@ -82,13 +92,27 @@ class ClusterView:
             allow_auto_topic_creation=False,
             include_topic_authorized_operations=False,
         )
-        self.brokers = {
-            b.node_id: BrokerAddress(b.node_id, b.host, b.port) for b in response.brokers
-        }
+        self._set_brokers(response.brokers)
         self.partition_counts = {
             t.name: len(t.partitions) for t in response.topics if t.error_code == ErrorCode.none
         }
         self.remember_topic_ids({t.topic_id: t.name for t in response.topics if t.topic_id})
+
+    async def refresh_brokers(self) -> None:
+        """The live brokers alone (Metadata for no topic): cheap enough to ask every second.
+        A broker whose etcd session expired (dead, frozen, cut off) is no longer among them."""
+        response = await self.call(
+            3,
+            METADATA_VERSION,
+            PROBE_TIMEOUT_S,
+            topics=(),
+            allow_auto_topic_creation=False,
+            include_topic_authorized_operations=False,
+        )
+        self._set_brokers(response.brokers)
+
+    def _set_brokers(self, brokers: Any) -> None:
+        self.brokers = {b.node_id: BrokerAddress(b.node_id, b.host, b.port) for b in brokers}
 
     async def api_versions(self) -> dict[int, tuple[int, int]]:
         response = await self.call(

@@ -62,6 +62,13 @@ class GatewayConfig(BaseSettings):
     metadata_refresh_interval_ms: int = Field(
         10000, ge=100, description="How often the broker list is refreshed (new brokers get ports)."
     )
+    broker_check_interval_ms: int = Field(
+        1000,
+        ge=100,
+        description="How often the gateway asks which brokers are live; clients of a broker"
+        " that left (its etcd session expired) are disconnected, to retry where its"
+        " partitions went.",
+    )
     authentication_timeout_ms: int = Field(
         10000, ge=100, description="A connection that has not authenticated by then is closed."
     )

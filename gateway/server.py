@@ -16,7 +16,7 @@ import socket
 import ssl
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -50,6 +50,7 @@ _STARTUP_RETRY_S: Final = 1.0
 _STARTUP_TIMEOUT_S: Final = 120.0
 _HTTP_TASK: Final = "gateway-http"
 _METRICS_CLOSE_S: Final = 5.0
+_GONE_AFTER_ANSWERS: Final = 2
 
 
 def offered_versions(
@@ -187,6 +188,9 @@ class Gateway:
                 )
             )
         self._sessions: set[asyncio.Task[None]] = set()
+        self._sessions_by_broker: dict[int, set[ClientSession]] = {}
+        self._missing_brokers: dict[int, int] = {}
+        """How many answers in a row have not counted each broker that has clients."""
 
     async def run(self, stop: asyncio.Event) -> None:
         config = self.config
@@ -311,10 +315,17 @@ class Gateway:
             task = asyncio.current_task()
             assert task is not None
             self._sessions.add(task)
+            of_broker = (
+                None if node_id is None else self._sessions_by_broker.setdefault(node_id, set())
+            )
+            if of_broker is not None:
+                of_broker.add(session)
             try:
                 await session.run()
             finally:
                 self._sessions.discard(task)
+                if of_broker is not None:
+                    of_broker.discard(session)
 
         listener.servers[node_id] = await asyncio.start_server(
             accept,
@@ -336,18 +347,50 @@ class Gateway:
         )
 
     async def _refresh_brokers(self, services: GatewayServices) -> None:
-        changed = services.cluster.brokers_changed
+        """Every second, which brokers are live; every metadata refresh interval (or when
+        an answer names a broker without a port), the whole cluster."""
+        cluster = services.cluster
+        full_every_s = self.config.metadata_refresh_interval_ms / 1000
+        last_full = time.monotonic()
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(
-                    changed.wait(), self.config.metadata_refresh_interval_ms / 1000
+                    cluster.brokers_changed.wait(), self.config.broker_check_interval_ms / 1000
                 )
-            changed.clear()
             try:
-                await services.cluster.refresh()
-                await self._bind_brokers(services)
+                if cluster.brokers_changed.is_set() or time.monotonic() - last_full >= full_every_s:
+                    cluster.brokers_changed.clear()
+                    last_full = time.monotonic()
+                    await cluster.refresh()
+                else:
+                    await cluster.refresh_brokers()
             except (UpstreamError, OSError) as exc:
                 log.warning("event=gateway_refresh_failed error=%s", exc)
+                continue
+            self._close_sessions_of_gone_brokers(cluster.brokers.keys())
+            await self._bind_brokers(services)
+
+    def _close_sessions_of_gone_brokers(self, live: Collection[int]) -> None:
+        """A broker the cluster no longer counts (its etcd session expired: dead, frozen or
+        cut off) has been fenced and its partitions led elsewhere: its clients' requests
+        would wait on it until it woke. Closing their connections makes clients ask for
+        metadata again and retry where the partitions are led now. Two answers in a row
+        must leave it out: one broker's view may lag etcd's for a moment."""
+        for node_id, sessions in self._sessions_by_broker.items():
+            if node_id in live or not sessions:
+                self._missing_brokers.pop(node_id, None)
+                continue
+            self._missing_brokers[node_id] = self._missing_brokers.get(node_id, 0) + 1
+            if self._missing_brokers[node_id] >= _GONE_AFTER_ANSWERS:
+                log.warning(
+                    "event=gateway_broker_gone broker=%d connections_closed=%d",
+                    node_id,
+                    len(sessions),
+                )
+                for session in list(sessions):
+                    session.close()
+                sessions.clear()
+                del self._missing_brokers[node_id]
 
     def _close_revoked(self, services: GatewayServices, snapshot: TenancySnapshot) -> None:
         del snapshot
