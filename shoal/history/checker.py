@@ -232,3 +232,19 @@ def _measure_gaps(report: Report, acks: Iterable[Event]) -> None:
             if after - before > report.longest_ack_gap_s:
                 report.longest_ack_gap_s = after - before
                 report.longest_ack_gap_at_s = before
+
+
+def longest_ack_gap(events: Iterable[Event], since: float, until: float) -> float:
+    """The longest any producer waited for an acknowledgement in a gap that began between
+    ``since`` and ``until`` (a fault's span): what that fault cost the clients."""
+    times: dict[str, list[float]] = defaultdict(list)
+    for event in events:
+        if event.kind is Kind.ACK and not event.error:
+            times[event.client].append(event.time)
+    longest = 0.0
+    for producer_times in times.values():
+        producer_times.sort()
+        for before, after in pairwise(producer_times):
+            if since <= before <= until:
+                longest = max(longest, after - before)
+    return longest

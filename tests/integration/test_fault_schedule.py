@@ -24,7 +24,7 @@ from conftest import EtcdServer, GatewayCluster, module_gateway_cluster
 from faults import FaultInjector, fault_seed, schedule
 from harness import wait_until
 
-from shoal.history.checker import check
+from shoal.history.checker import check, longest_ack_gap
 from shoal.history.events import write_history
 from shoal.history.workload import Run, Workload
 
@@ -71,9 +71,10 @@ def test_no_anomaly_through_kills_pauses_and_gateway_restarts(
     report = check(events)
     print(report.summary())
     for applied in injector.applied:
+        gap = longest_ack_gap(events, applied.began_s - 1, applied.healed_s)
         print(
-            f"  {applied.fault.kind} {applied.victim} "
-            f"{applied.began_s:.1f} s - {applied.healed_s:.1f} s"
+            f"  {applied.fault.kind} {applied.victim} from {applied.began_s:.1f} s"
+            f" to {applied.healed_s:.1f} s: producers waited up to {gap:.1f} s"
         )
     assert report.ok, f"seed {seed}:\n{report.summary()}"
     assert report.acknowledged > 0.5 * report.sent, report.summary()

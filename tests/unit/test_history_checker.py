@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from shoal.history.checker import check
+from shoal.history.checker import check, longest_ack_gap
 from shoal.history.events import Event, Kind, read_history, write_history
 
 
@@ -140,3 +140,12 @@ def test_the_longest_wait_for_an_acknowledgement_is_measured_per_producer() -> N
 
     report = check([ack_at("p-0", 1.0), ack_at("q-0", 2.0), ack_at("p-1", 4.5), ack_at("q-1", 3.0)])
     assert (report.longest_ack_gap_s, report.longest_ack_gap_at_s) == (3.5, 1.0)
+
+
+def test_the_gap_a_fault_cost_counts_only_gaps_that_began_during_it() -> None:
+    acks = [
+        Event(Kind.ACK, t, "p", f"p-{n}", 0, n)
+        for n, t in enumerate([0.0, 5.0, 5.5, 9.0, 9.2, 20.0])
+    ]
+    assert longest_ack_gap(acks, 4.0, 9.1) == 3.5  # 5.5 to 9.0; 9.2 to 20.0 began after
+    assert longest_ack_gap(acks, 9.1, 30.0) == 10.8
