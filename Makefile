@@ -167,13 +167,15 @@ test-kube: $(VENV)/.installed-test helm
 	bin="$$(tools/kube/build.sh)" && \
 	  SHOAL_KUBE_BIN="$$bin" $(BIN)/pytest -q --durations=10 tests/kube $(PYTEST_ARGS)
 
-# The fault schedule of tests/integration/test_fault_schedule.py for half an
-# hour (SOAK_SECONDS): leaders killed and frozen, the gateway restarted, under
-# recorded clients whose history the checker judges. SHOAL_FAULT_SEED replays one.
+# The fault schedule of tests/integration/test_fault_network.py for half an
+# hour (SOAK_SECONDS): every process in a network namespace of its own (root
+# needed), links cut, leaders killed and frozen, etcd isolated, the gateway
+# restarted, under recorded clients whose history the checker judges.
+# SHOAL_FAULT_SEED replays a schedule.
 SOAK_SECONDS ?= 1800
 soak: $(VENV)/.installed-test
 	SHOAL_FAULT_SECONDS=$(SOAK_SECONDS) $(BIN)/pytest -q -s -p no:xdist \
-	  tests/integration/test_fault_schedule.py $(PYTEST_ARGS)
+	  tests/integration/test_fault_network.py $(PYTEST_ARGS)
 
 $(VENV)/.installed-bench: pyproject.toml $(PACKAGE_DIRS) | $(BIN)/python
 	$(PIP_INSTALL) -e '.[dev,bench]' $(EDITABLE)

@@ -61,7 +61,8 @@ class Report:
     polled: int = 0
     commits: int = 0
     longest_ack_gap_s: float = 0.0
-    """The longest a producer went without an acknowledgement, first to last ack."""
+    """The longest a producer went without an acknowledgement from one partition,
+    first to last ack (a stalled partition does not stall the others' acks)."""
     longest_ack_gap_at_s: float = 0.0
     """When that gap began, in seconds since the run began."""
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ANOMALIES, 0))
@@ -81,8 +82,8 @@ class Report:
             f"sent {self.sent}, acknowledged {self.acknowledged}, failed {self.failed}, "
             f"unanswered {self.unanswered}; in the log {self.in_log}; "
             f"polled {self.polled}; commits {self.commits}",
-            f"longest a producer waited for an acknowledgement: {self.longest_ack_gap_s:.2f} s "
-            f"(from {self.longest_ack_gap_at_s:.1f} s)",
+            "longest a producer waited for an ack from one partition: "
+            f"{self.longest_ack_gap_s:.2f} s (from {self.longest_ack_gap_at_s:.1f} s)",
         ]
         for anomaly in ANOMALIES:
             lines.append(f"{anomaly}: {self.counts[anomaly]}")
@@ -223,9 +224,9 @@ def _check_commits(report: Report, commits: list[Event]) -> None:
 
 
 def _measure_gaps(report: Report, acks: Iterable[Event]) -> None:
-    times: dict[str, list[float]] = defaultdict(list)
+    times: dict[tuple[str, int], list[float]] = defaultdict(list)
     for ack in acks:
-        times[ack.client].append(ack.time)
+        times[ack.client, ack.partition].append(ack.time)
     for producer_times in times.values():
         producer_times.sort()
         for before, after in pairwise(producer_times):
@@ -235,12 +236,12 @@ def _measure_gaps(report: Report, acks: Iterable[Event]) -> None:
 
 
 def longest_ack_gap(events: Iterable[Event], since: float, until: float) -> float:
-    """The longest any producer waited for an acknowledgement in a gap that began between
-    ``since`` and ``until`` (a fault's span): what that fault cost the clients."""
-    times: dict[str, list[float]] = defaultdict(list)
+    """The longest any producer waited for an acknowledgement from one partition, in a gap
+    that began between ``since`` and ``until`` (a fault's span): what that fault cost."""
+    times: dict[tuple[str, int], list[float]] = defaultdict(list)
     for event in events:
         if event.kind is Kind.ACK and not event.error:
-            times[event.client].append(event.time)
+            times[event.client, event.partition].append(event.time)
     longest = 0.0
     for producer_times in times.values():
         producer_times.sort()

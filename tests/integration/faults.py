@@ -6,9 +6,10 @@ leader of a random partition of the topic under test, as the brokers say at
 that moment), lasts a while, is healed, and is followed by a calm spell in
 which the cluster may recover.
 
-Kinds today: ``kill`` (SIGKILL a partition leader, start it again when the
+Kinds here: ``kill`` (SIGKILL a partition leader, start it again when the
 fault ends), ``pause`` (SIGSTOP a partition leader, SIGCONT it), and
-``gateway`` (restart the gateway).
+``gateway`` (restart the gateway); test_fault_network.py adds links cut in
+network namespaces.
 """
 
 from __future__ import annotations
@@ -46,13 +47,13 @@ def fault_seed() -> int:
 def schedule(
     seed: int, seconds: float, partitions: int, kinds: Sequence[str] = KINDS
 ) -> list[Fault]:
-    """Faults filling about ``seconds``, every kind at least once when there is room."""
+    """Every kind once (in a seeded order), then more until about ``seconds`` are filled."""
     rng = random.Random(seed)
     faults: list[Fault] = []
     order = list(kinds)
     rng.shuffle(order)
     total = 0.0
-    while total < seconds:
+    while total < seconds or len(faults) < len(order):
         kind = order[len(faults)] if len(faults) < len(order) else rng.choice(list(kinds))
         fault = Fault(kind, rng.randrange(partitions), rng.uniform(3, 12), rng.uniform(3, 6))
         faults.append(fault)
@@ -89,31 +90,38 @@ class FaultInjector:
         [found] = [b for b in self.cluster.brokers if b.node_id == node]
         return found
 
+    def leader_broker(self, partition: int) -> Any:
+        node = self.leader_of(partition)
+        return self.broker(node if node >= 0 else self.cluster.brokers[0].node_id)
+
     def apply(self, fault: Fault) -> None:
+        """Break, wait ``lasts_s``, heal, then leave the cluster alone for ``calm_s``."""
         began = self.clock()
-        if fault.kind == "gateway":
-            victim = "gateway"
-            self.cluster.gateway.stop()
-            time.sleep(fault.lasts_s)
-            self.cluster.gateway.start()
-        else:
-            node = self.leader_of(fault.partition)
-            if node < 0:
-                node = self.cluster.brokers[0].node_id
-            victim = f"broker {node}"
-            broker = self.broker(node)
-            if fault.kind == "kill":
-                broker.kill()
-                time.sleep(fault.lasts_s)
-                broker.start()
-            else:
-                broker.pause()
-                time.sleep(fault.lasts_s)
-                broker.resume()
+        victim = getattr(self, f"fault_{fault.kind}")(fault)
         healed = self.clock()
         log.warning("fault %s on %s from %.1f s to %.1f s", fault.kind, victim, began, healed)
         self.applied.append(Applied(fault, victim, began, healed))
         time.sleep(fault.calm_s)
+
+    def fault_gateway(self, fault: Fault) -> str:
+        self.cluster.gateway.stop()
+        time.sleep(fault.lasts_s)
+        self.cluster.gateway.start()
+        return "gateway"
+
+    def fault_kill(self, fault: Fault) -> str:
+        broker = self.leader_broker(fault.partition)
+        broker.kill()
+        time.sleep(fault.lasts_s)
+        broker.start()
+        return f"broker {broker.node_id}"
+
+    def fault_pause(self, fault: Fault) -> str:
+        broker = self.leader_broker(fault.partition)
+        broker.pause()
+        time.sleep(fault.lasts_s)
+        broker.resume()
+        return f"broker {broker.node_id}"
 
     def run(self, faults: Sequence[Fault]) -> None:
         for fault in faults:

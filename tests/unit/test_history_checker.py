@@ -132,13 +132,20 @@ def test_a_history_survives_its_file(tmp_path: Path) -> None:
     assert list(read_history(path)) == events
 
 
-def test_the_longest_wait_for_an_acknowledgement_is_measured_per_producer() -> None:
-    def ack_at(value: str, time: float) -> Event:
-        return Event(
-            Kind.ACK, time, value.split("-", maxsplit=1)[0], value, 0, int(value.split("-")[1])
-        )
+def test_the_longest_wait_for_an_acknowledgement_is_per_producer_and_partition() -> None:
+    def ack_at(value: str, time: float, partition: int = 0) -> Event:
+        producer, seq = value.split("-")
+        return Event(Kind.ACK, time, producer, value, partition, int(seq))
 
-    report = check([ack_at("p-0", 1.0), ack_at("q-0", 2.0), ack_at("p-1", 4.5), ack_at("q-1", 3.0)])
+    report = check(
+        [
+            ack_at("p-0", 1.0),
+            ack_at("q-0", 2.0),
+            ack_at("p-1", 4.5),
+            ack_at("q-1", 3.0),
+            ack_at("p-2", 2.0, partition=1),  # another partition's acks do not fill the gap
+        ]
+    )
     assert (report.longest_ack_gap_s, report.longest_ack_gap_at_s) == (3.5, 1.0)
 
 
