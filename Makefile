@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 PIP_INSTALL := $(BIN)/pip install --disable-pip-version-check --quiet
 EDITABLE := --config-settings editable_mode=strict
 
-.PHONY: dev test check pytest test-kube soak bench-smoke bench bench-detail clean kcat java helm kafka spark-kafka kafkajs
+.PHONY: dev test check pytest test-kube soak bench-smoke bench bench-detail clean kcat iproute2 java helm kafka spark-kafka kafkajs
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,13 @@ kcat:
 	  echo "installing kcat (Debian package)"; \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq kcat; \
 	  else sudo apt-get update -qq && sudo apt-get install -y -qq kcat; fi; }
+
+# `ip` for the fault tests' network namespaces (tests/integration/netns.py).
+iproute2:
+	@command -v ip >/dev/null || { \
+	  echo "installing iproute2 (Debian package)"; \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq iproute2; \
+	  else sudo apt-get update -qq && sudo apt-get install -y -qq iproute2; fi; }
 
 # mypy reads the editable install's link tree, where broker/ is shoal/broker.
 check: $(VENV)/.installed-test
@@ -144,7 +151,7 @@ $(KAFKAJS_HOME)/.installed: tests/integration/kafkajs/package.json
 # the rest, by themselves.
 PYTEST_WORKERS := -n 2 --dist loadfile
 
-pytest: $(VENV)/.installed-test kcat java helm kafka spark-kafka kafkajs
+pytest: $(VENV)/.installed-test kcat iproute2 java helm kafka spark-kafka kafkajs
 	$(BIN)/pytest -q $(PYTEST_WORKERS) -m 'not alone' --durations=25 $(PYTEST_ARGS)
 	$(BIN)/pytest -q -m 'alone and not bench_smoke' --durations=5 $(PYTEST_ARGS)
 
@@ -173,7 +180,7 @@ test-kube: $(VENV)/.installed-test helm
 # restarted, under recorded clients whose history the checker judges.
 # SHOAL_FAULT_SEED replays a schedule.
 SOAK_SECONDS ?= 1800
-soak: $(VENV)/.installed-test
+soak: $(VENV)/.installed-test iproute2
 	SHOAL_FAULT_SECONDS=$(SOAK_SECONDS) $(BIN)/pytest -q -s -p no:xdist \
 	  tests/integration/test_fault_network.py $(PYTEST_ARGS)
 
