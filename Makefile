@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 PIP_INSTALL := $(BIN)/pip install --disable-pip-version-check --quiet
 EDITABLE := --config-settings editable_mode=strict
 
-.PHONY: dev test check pytest test-kube soak bench-smoke bench bench-detail clean kcat iproute2 java helm kafka spark-kafka kafkajs
+.PHONY: dev test check pytest test-kube soak fuzz bench-smoke bench bench-detail clean kcat iproute2 java helm kafka spark-kafka kafkajs
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -183,6 +183,14 @@ SOAK_SECONDS ?= 1800
 soak: $(VENV)/.installed-test iproute2
 	SHOAL_FAULT_SECONDS=$(SOAK_SECONDS) $(BIN)/pytest -q -s -p no:xdist \
 	  tests/integration/test_fault_network.py $(PYTEST_ARGS)
+
+# The fuzz targets of tests/fuzz/targets.py for FUZZ_SECONDS each (make test
+# runs a bounded, seeded share of them in tests/unit/test_fuzz_targets.py).
+FUZZ_SECONDS ?= 600
+fuzz: $(VENV)/.installed-test
+	for target in request records sasl; do \
+	  $(BIN)/python tests/fuzz/targets.py $$target -max_total_time=$(FUZZ_SECONDS) || exit 1; \
+	done
 
 $(VENV)/.installed-bench: pyproject.toml $(PACKAGE_DIRS) | $(BIN)/python
 	$(PIP_INSTALL) -e '.[dev,bench]' $(EDITABLE)
