@@ -24,8 +24,10 @@ module decides. Its rules:
   its first Kafka request and a revoked key is refused, its Kafka connections
   closed, at once; every other gateway follows within its tenancy poll.
 
-Secrets are drawn and hashed with :mod:`shoal.tenancy.secrets`; scrypt is
-slow on purpose, so hashing runs in a worker thread. Only the new key's
+Secrets are drawn with :mod:`shoal.tenancy.secrets` and turned into what the
+store keeps (scrypt hash, SCRAM credentials) by
+:func:`~shoal.tenancy.keys.key_record`; scrypt is slow on purpose, so that runs
+in a worker thread. Only the new key's
 creation returns its secret; nothing returns a hash.
 """
 
@@ -40,6 +42,7 @@ from dataclasses import dataclass, replace
 from shoal.gateway.access import TenantAccess
 from shoal.gateway.tenancy_view import TenancyView
 from shoal.tenancy.acl import default_bindings, read_only_bindings
+from shoal.tenancy.keys import key_record
 from shoal.tenancy.model import (
     AclBinding,
     ApiKey,
@@ -48,7 +51,7 @@ from shoal.tenancy.model import (
     Permission,
     ResourceType,
 )
-from shoal.tenancy.secrets import hash_secret, new_key_id, new_secret
+from shoal.tenancy.secrets import new_key_id, new_secret
 from shoal.tenancy.store import TenancyStoreError
 
 log = logging.getLogger(__name__)
@@ -167,8 +170,9 @@ class KeyManager:
         key_id = new_key_id()
         bindings = new_key_bindings(caller, key_id, read_only)
         secret = new_secret()
-        secret_hash = await asyncio.to_thread(hash_secret, secret)
-        key = ApiKey(key_id, caller.tenant, secret_hash, _now_ms(), description)
+        key = await asyncio.to_thread(
+            key_record, key_id, caller.tenant, secret, _now_ms(), description
+        )
         await self._tenancy.store.add_key(key, bindings)
         await self._reload(key_id)
         return CreatedKey(key, secret, bindings)

@@ -1,5 +1,8 @@
 """The SASL messages a client sends to authenticate: PLAIN and OAUTHBEARER.
 
+(SCRAM-SHA-256 and SCRAM-SHA-512, an exchange of two rounds, are in
+:mod:`shoal.gateway.scram`.)
+
 SASL/PLAIN (RFC 4616): ``[authzid] NUL authcid NUL passwd``, UTF-8. The
 username (authcid) is the API key id and the password its secret. As in
 Kafka, an authorization id, if given, must equal the username: a key cannot
@@ -28,7 +31,10 @@ from typing import Final
 
 PLAIN: Final = "PLAIN"
 OAUTHBEARER: Final = "OAUTHBEARER"
-MECHANISMS: Final = (PLAIN, OAUTHBEARER)
+SCRAM_SHA_256: Final = "SCRAM-SHA-256"
+SCRAM_SHA_512: Final = "SCRAM-SHA-512"
+MECHANISMS: Final = (PLAIN, SCRAM_SHA_256, SCRAM_SHA_512, OAUTHBEARER)
+"""What SaslHandshake offers, in the order a Kafka broker lists its enabled ones."""
 _MAX_MESSAGE: Final = 4096
 _MAX_OAUTHBEARER_MESSAGE: Final = 65536 + 4096
 _KVSEP: Final = "\x01"

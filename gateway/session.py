@@ -2,11 +2,14 @@
 
 Phases:
 
-1. **Authentication.** Only ApiVersions, SaslHandshake (PLAIN or
-   OAUTHBEARER) and SaslAuthenticate are accepted; anything else closes the
-   connection, as Kafka closes it. Wrong or revoked credentials, a refused
-   token, or a malformed exchange get SASL_AUTHENTICATION_FAILED with a
-   message saying why, and the connection is closed. A client that has not
+1. **Authentication.** Only ApiVersions, SaslHandshake (PLAIN,
+   SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER) and SaslAuthenticate are
+   accepted; anything else closes the connection, as Kafka closes it. PLAIN
+   and OAUTHBEARER take one SaslAuthenticate, SCRAM two (the first answered
+   with the server-first challenge, :mod:`shoal.gateway.scram`). Wrong or
+   revoked credentials, a refused token, or a malformed exchange get
+   SASL_AUTHENTICATION_FAILED with a message saying why, after the same
+   delay whatever the mechanism, and the connection is closed. A client that has not
    authenticated within ``authentication_timeout_ms`` is disconnected.
 2. **Serving.** Requests are handled strictly in order. Each is decoded,
    checked and rewritten (:mod:`shoal.gateway.apis`), then either answered
@@ -64,8 +67,10 @@ from shoal.gateway.sasl import (
     parse_oauthbearer,
     parse_plain,
 )
+from shoal.gateway.scram import ScramExchange, parse_client_first
 from shoal.gateway.tracing import RequestTrace
 from shoal.gateway.upstream import BrokerConnection, UpstreamError
+from shoal.tenancy.scram import ScramCredential, ScramMechanism
 
 from shoal.wire import (
     ApiSchema,
@@ -113,6 +118,18 @@ class _Login:
     rights: Callable[[], TenantAccess | None]
     expires_at: float | None
     """Unix seconds when the credential ends (a token's exp); None for API keys."""
+    server_final: bytes = b""
+    """The mechanism's last word to the client (SCRAM's server signature)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Challenge:
+    """The login goes on: send ``data`` to the client and wait for its next message."""
+
+    data: bytes
+
+
+_SCRAM_MECHANISMS: Final = {m.value: m for m in ScramMechanism}
 
 
 def _no_rights() -> TenantAccess | None:
@@ -148,6 +165,8 @@ class ClientSession:
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.key_id: str | None = None
         self._mechanism: str | None = None
+        self._scram: ScramExchange | None = None
+        """A SCRAM exchange between its two rounds."""
         self._rights: Callable[[], TenantAccess | None] = _no_rights
         self._session_ends: float | None = None
         self._slots: asyncio.Queue[asyncio.Future[bytes] | None] = asyncio.Queue(MAX_IN_FLIGHT)
@@ -265,34 +284,40 @@ class ClientSession:
                     )
                     raise _ClosedError(f"unsupported SASL mechanism {body.mechanism!r}")
                 mechanism = body.mechanism
+                self._scram = None
                 await self._answer(
                     header, api, api.response(error_code=E.none, mechanisms=MECHANISMS)
                 )
                 if header.api_version == 0:
-                    # SaslHandshake v0: the token follows as a bare frame, with no
-                    # Kafka header, and success is answered with an empty frame.
+                    # SaslHandshake v0: tokens go both ways as bare frames, with no
+                    # Kafka header; success is the mechanism's last word (empty
+                    # for PLAIN), failure a closed connection.
                     try:
-                        login = await self._login(body.mechanism, await self._read_frame())
-                        self._count_connection(login)
+                        step = await self._login(body.mechanism, await self._read_frame())
+                        while isinstance(step, _Challenge):
+                            await self._send_bare(step.data)
+                            step = await self._login(body.mechanism, await self._read_frame())
+                        self._count_connection(step)
                     except _LoginRefusedError:
                         await asyncio.sleep(_FAILED_AUTH_DELAY_S)
                         raise _ClosedError("authentication failed") from None
-                    self._begin_session(body.mechanism, login)
-                    slot: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
-                    slot.set_result(_SIZE.pack(0))
-                    await self._slots.put(slot)
+                    self._begin_session(body.mechanism, step)
+                    await self._send_bare(step.server_final)
                     return
             elif mechanism is None:
                 raise _ClosedError("SaslAuthenticate before SaslHandshake")
             else:
                 try:
                     login = await self._login(mechanism, body.auth_bytes)
+                    if isinstance(login, _Challenge):
+                        await self._answer(header, api, _challenge(api, login.data))
+                        continue
                     self._count_connection(login)
                 except _LoginRefusedError as exc:
                     await self._refuse(header, api, str(exc))
                     raise _ClosedError("authentication failed") from None
                 lifetime = self._begin_session(mechanism, login)
-                await self._answer(header, api, _authenticated(api, lifetime))
+                await self._answer(header, api, _authenticated(api, lifetime, login.server_final))
                 log.info(
                     "event=gateway_authenticated peer=%s key=%s mechanism=%s",
                     self.peer,
@@ -315,18 +340,26 @@ class ClientSession:
             )
             raise _ClosedError(f"re-authentication may not switch to {body.mechanism!r}")
         await self._answer(header, api, api.response(error_code=E.none, mechanisms=MECHANISMS))
-        header, api, body = self._decode(await self._read_frame(), _AUTH_APIS)
-        if header.api_key != SASL_AUTHENTICATE:
-            raise _ClosedError("re-authentication: SaslHandshake not followed by SaslAuthenticate")
-        try:
-            login = await self._login(mechanism, body.auth_bytes)
-            if login.key_id != self.key_id or login.tenant != self._tenant():
-                raise _LoginRefusedError("re-authentication may not change the principal")
-        except _LoginRefusedError as exc:
-            await self._refuse(header, api, str(exc))
-            raise _ClosedError("re-authentication failed") from None
+        self._scram = None
+        while True:
+            header, api, body = self._decode(await self._read_frame(), _AUTH_APIS)
+            if header.api_key != SASL_AUTHENTICATE:
+                raise _ClosedError(
+                    "re-authentication: SaslHandshake not followed by SaslAuthenticate"
+                )
+            try:
+                login = await self._login(mechanism, body.auth_bytes)
+                if isinstance(login, _Challenge):
+                    await self._answer(header, api, _challenge(api, login.data))
+                    continue
+                if login.key_id != self.key_id or login.tenant != self._tenant():
+                    raise _LoginRefusedError("re-authentication may not change the principal")
+            except _LoginRefusedError as exc:
+                await self._refuse(header, api, str(exc))
+                raise _ClosedError("re-authentication failed") from None
+            break
         lifetime = self._begin_session(mechanism, login)
-        await self._answer(header, api, _authenticated(api, lifetime))
+        await self._answer(header, api, _authenticated(api, lifetime, login.server_final))
         log.info(
             "event=gateway_reauthenticated peer=%s key=%s session_s=%.0f",
             self.peer,
@@ -381,16 +414,26 @@ class ClientSession:
             ),
         )
 
-    async def _login(self, mechanism: str, message: bytes) -> _Login:
-        """Check one client SASL message; :class:`_LoginRefusedError` says why not."""
+    async def _send_bare(self, data: bytes) -> None:
+        """A SASL token in a bare frame, as SaslHandshake v0 exchanges them."""
+        slot: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        slot.set_result(_SIZE.pack(len(data)) + data)
+        await self._slots.put(slot)
+
+    async def _login(self, mechanism: str, message: bytes) -> _Login | _Challenge:
+        """Check one client SASL message; the login, a challenge to send back
+        (the exchange goes on), or :class:`_LoginRefusedError` saying why not."""
         try:
             return await self._check_login(mechanism, message)
         except _LoginRefusedError:
             self.services.metrics.authentication_failed("kafka")
             raise
 
-    async def _check_login(self, mechanism: str, message: bytes) -> _Login:
+    async def _check_login(self, mechanism: str, message: bytes) -> _Login | _Challenge:
         tenancy = self.services.tenancy
+        scram = _SCRAM_MECHANISMS.get(mechanism)
+        if scram is not None:
+            return await self._scram_step(scram, message)
         if mechanism != OAUTHBEARER:
             key_id = await self._check_credentials(message)
             access = None if key_id is None else tenancy.access(key_id)
@@ -414,6 +457,63 @@ class ClientSession:
         if credentials.authzid is not None and credentials.authzid != principal:
             raise _LoginRefusedError("the authorization id must be the token's principal")
         return _Login(principal, grant.access.tenant, grant.current, grant.expires_at)
+
+    async def _scram_step(self, mechanism: ScramMechanism, message: bytes) -> _Login | _Challenge:
+        """One SCRAM round: client-first gets the server-first challenge, client-final
+        the login (whose server-final proves the gateway knew the key)."""
+        exchange, self._scram = self._scram, None
+        try:
+            if exchange is None:
+                first = parse_client_first(mechanism, message)
+                credential = await self._scram_credential(mechanism, first.username)
+                self._scram = ScramExchange(first, credential)
+                return _Challenge(self._scram.server_first)
+            server_final = exchange.finish(message)
+        except SaslError as exc:
+            log.info(
+                "event=gateway_auth_failed peer=%s mechanism=%s reason=%s",
+                self.peer,
+                mechanism.value,
+                str(exc).replace(" ", "_"),
+            )
+            raise _LoginRefusedError(str(exc)) from None
+        tenancy = self.services.tenancy
+        key_id = exchange.username
+        if tenancy.access(key_id) is None:
+            # Made since the last poll, as for PLAIN: serve its first request.
+            await tenancy.load()
+        access = tenancy.access(key_id)
+        if access is None:
+            raise _LoginRefusedError("invalid API key or secret")
+        return _Login(key_id, access.tenant, lambda: tenancy.access(key_id), None, server_final)
+
+    async def _scram_credential(self, mechanism: ScramMechanism, key_id: str) -> ScramCredential:
+        """The key's credential for ``mechanism``. An unknown or revoked key is refused
+        now, before any proof, as Kafka refuses an unknown user (key ids are
+        usernames, not secrets); so is a key too old to have SCRAM credentials."""
+        key = await self.services.tenancy.find_key(key_id)
+        if key is None or key.revoked:
+            log.info(
+                "event=gateway_auth_failed peer=%s mechanism=%s key=%s"
+                " reason=unknown_or_revoked_key",
+                self.peer,
+                mechanism.value,
+                key_id[:64],
+            )
+            raise _LoginRefusedError("invalid API key or secret")
+        credential = key.scram_credential(mechanism)
+        if credential is None:
+            log.info(
+                "event=gateway_auth_failed peer=%s mechanism=%s key=%s reason=key_predates_scram",
+                self.peer,
+                mechanism.value,
+                key_id,
+            )
+            raise _LoginRefusedError(
+                f"API key {key_id} predates SCRAM sign-in and has no {mechanism.value}"
+                " credentials: rotate it (a new key has them) or sign in with PLAIN"
+            )
+        return credential
 
     def current_access(self) -> TenantAccess | None:
         """The principal's rights now; None once its key is revoked or tenant deleted."""
@@ -501,6 +601,7 @@ class ClientSession:
             quota_store=services.quota_store,
             acl_store=services.acl_store,
             fetch_cap=None if ticket is None else ticket.reserved,
+            tenant_keys=services.tenancy.tenant_keys,
         )
         _, rewrite = REWRITERS[header.api_key]
         try:
@@ -613,9 +714,16 @@ class _UnsupportedApiVersionsError(WireError):
         self.header = header
 
 
-def _authenticated(api: ApiSchema, lifetime: timedelta) -> Any:
+def _authenticated(api: ApiSchema, lifetime: timedelta, auth_bytes: bytes = b"") -> Any:
     return api.response(
-        error_code=E.none, error_message=None, auth_bytes=b"", session_lifetime=lifetime
+        error_code=E.none, error_message=None, auth_bytes=auth_bytes, session_lifetime=lifetime
+    )
+
+
+def _challenge(api: ApiSchema, data: bytes) -> Any:
+    """A SaslAuthenticate answer that goes on with the exchange (no session yet)."""
+    return api.response(
+        error_code=E.none, error_message=None, auth_bytes=data, session_lifetime=timedelta(0)
     )
 
 

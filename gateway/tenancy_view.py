@@ -43,6 +43,10 @@ class TenancyView:
         # A key made since the last poll: ask etcd rather than fail its first login.
         return await self.store.get_key(key_id)
 
+    async def find_key(self, key_id: str) -> ApiKey | None:
+        """The key's record, revoked or not, from the snapshot or, if newer, from etcd."""
+        return await self._lookup(key_id)
+
     async def load(self) -> None:
         snapshot = await self.store.snapshot()
         if snapshot.revision != self.snapshot.revision:
@@ -99,6 +103,10 @@ class TenancyView:
             bindings=snapshot.bindings.get(tenant, ()),
             quotas=record.quotas,
         )
+
+    def tenant_keys(self, tenant: str) -> list[ApiKey]:
+        """The tenant's keys in the snapshot, revoked ones included."""
+        return [k for k in self.snapshot.keys.values() if k.tenant == tenant]
 
     def still_valid(self, key_id: str) -> bool:
         return self.access(key_id) is not None

@@ -13,6 +13,8 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Final
 
+from shoal.tenancy.scram import ScramCredential, ScramMechanism
+
 _TENANT_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 WILDCARD: Final = "*"
 
@@ -175,14 +177,24 @@ class ApiKey:
     revoked_ms: int | None = None
     platform_admin: bool = False
     """May use the platform's client-quota APIs (every tenant's quotas)."""
+    scram: tuple[ScramCredential, ...] = ()
+    """SCRAM-SHA-256/512 credentials, made with the key (:mod:`shoal.tenancy.scram`);
+    empty for a key minted before SCRAM sign-in existed."""
 
     @property
     def revoked(self) -> bool:
         return self.revoked_ms is not None
 
+    def scram_credential(self, mechanism: ScramMechanism) -> ScramCredential | None:
+        return next((c for c in self.scram if c.mechanism is mechanism), None)
+
     def to_json(self) -> bytes:
-        return json.dumps(asdict(self)).encode()
+        data = asdict(self)
+        data["scram"] = [c.to_dict() for c in self.scram]
+        return json.dumps(data).encode()
 
     @classmethod
     def from_json(cls, raw: bytes) -> ApiKey:
-        return cls(**json.loads(raw))
+        data = json.loads(raw)
+        scram = tuple(ScramCredential.from_dict(c) for c in data.pop("scram", ()))
+        return cls(**data, scram=scram)

@@ -18,6 +18,7 @@ from shoal.gateway.apis import (
     elections,
     groups,
     records,
+    scram_credentials,
     topics,
     transactions,
 )
@@ -32,6 +33,8 @@ WRITE_TXN_MARKERS: Final = 27
 DESCRIBE_ACLS: Final = 29
 CREATE_ACLS: Final = 30
 DELETE_ACLS: Final = 31
+DESCRIBE_USER_SCRAM_CREDENTIALS: Final = 50
+ALTER_USER_SCRAM_CREDENTIALS: Final = 51
 
 REWRITERS: Final[dict[int, tuple[tuple[int, int], Rewriter]]] = {
     0: ((3, 11), records.produce),
@@ -73,6 +76,8 @@ REWRITERS: Final[dict[int, tuple[tuple[int, int], Rewriter]]] = {
     66: ((0, 1), transactions.list_transactions),
     DESCRIBE_CLIENT_QUOTAS: ((0, 1), client_quotas.describe_client_quotas),
     ALTER_CLIENT_QUOTAS: ((0, 1), client_quotas.alter_client_quotas),
+    DESCRIBE_USER_SCRAM_CREDENTIALS: ((0, 0), scram_credentials.describe),
+    ALTER_USER_SCRAM_CREDENTIALS: ((0, 0), scram_credentials.alter),
 }
 
 GATEWAY_ONLY: Final[dict[int, tuple[int, int]]] = {
@@ -86,5 +91,8 @@ GATEWAY_ONLY: Final[dict[int, tuple[int, int]]] = {
     CREATE_ACLS: (1, 3),
     DELETE_ACLS: (1, 3),
     WRITE_TXN_MARKERS: (1, 2),  # always CLUSTER_AUTHORIZATION_FAILED, as Kafka for a non-broker
+    # SCRAM credentials are the API keys' (tenancy records): no broker has any.
+    DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
+    ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
 }
 """APIs the gateway answers alone; their versions are not intersected with the brokers'."""

@@ -24,7 +24,7 @@ from typing import Any, Final, Protocol
 
 from shoal.gateway.access import TenantAccess
 from shoal.gateway.namespace import Namespace
-from shoal.tenancy.model import AclBinding, Quotas
+from shoal.tenancy.model import AclBinding, ApiKey, Quotas
 
 from shoal.wire import ApiSchema, ErrorCode
 
@@ -96,6 +96,8 @@ class RequestContext:
     fetch_cap: int | None = None
     """Largest fetch response the tenant's consume quota allows, or None."""
     acl_store: AclStore = field(kw_only=True)
+    tenant_keys: Callable[[str], Sequence[ApiKey]] = field(default=lambda _tenant: (), kw_only=True)
+    """A tenant's API keys as the gateway last read them (the SCRAM credential APIs)."""
 
     @property
     def version(self) -> int:

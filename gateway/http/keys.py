@@ -41,6 +41,11 @@ class KeyInfo(BaseModel):
     created: datetime
     revoked: bool
     revoked_at: datetime | None = None
+    scram_mechanisms: list[str] = Field(
+        default_factory=list,
+        description="SASL/SCRAM mechanisms the key signs in with; empty for a key made"
+        " before SCRAM sign-in existed (rotate it to use SCRAM).",
+    )
 
 
 class KeyList(BaseModel):
@@ -70,6 +75,7 @@ def _info(key: ApiKey) -> KeyInfo:
         created=_time(key.created_ms),
         revoked=key.revoked,
         revoked_at=None if key.revoked_ms is None else _time(key.revoked_ms),
+        scram_mechanisms=[c.mechanism.value for c in key.scram],
     )
 
 

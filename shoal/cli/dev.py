@@ -38,6 +38,7 @@ import signal
 import socket
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Final
 
@@ -49,8 +50,10 @@ from shoal.cli.running import run_until_signalled
 from shoal.etcd_process import EtcdProcess
 from shoal.locking import DirectoryLock, DirectoryLockedError
 from shoal.tenancy.acl import default_bindings
-from shoal.tenancy.model import ApiKey, Tenant
-from shoal.tenancy.secrets import hash_secret, new_key_id, new_secret
+from shoal.tenancy.keys import key_record
+from shoal.tenancy.model import Tenant
+from shoal.tenancy.scram import derive_all
+from shoal.tenancy.secrets import new_key_id, new_secret
 from shoal.tenancy.store import TenancyStore
 
 _READY_EVENTS: Final = (b"event=broker_ready", b"event=gateway_ready")
@@ -268,10 +271,14 @@ class DevCluster:
                 known = json.loads(saved.read_text())
                 key = await store.get_key(known["key_id"])
                 if key is not None and not key.revoked and key.tenant == DEMO_TENANT:
+                    if not key.scram:
+                        # Made before SCRAM sign-in: the secret is at hand here, so
+                        # the demo key gains its SCRAM credentials instead of a rotation.
+                        await store.add_key(replace(key, scram=derive_all(known["secret"])), [])
                     return known["key_id"], known["secret"]
             key_id, secret = new_key_id(), new_secret()
             await store.add_key(
-                ApiKey(key_id, DEMO_TENANT, hash_secret(secret), _now_ms(), "shoal dev"),
+                key_record(key_id, DEMO_TENANT, secret, _now_ms(), "shoal dev"),
                 default_bindings(DEMO_TENANT, key_id),
             )
         saved.touch(mode=0o600)
@@ -326,7 +333,7 @@ class DevCluster:
 
     def _announce(self, etcd_url: str, key_id: str) -> None:
         text = (
-            f"bootstrap   {self.bootstrap}  (gateway, SASL/PLAIN; 3 brokers, RF 3)\n"
+            f"bootstrap   {self.bootstrap}  (gateway, SASL PLAIN or SCRAM; 3 brokers, RF 3)\n"
             f"http        http://127.0.0.1:{self.http_port}  (API docs at /docs)\n"
             f"oauth       http://127.0.0.1:{self.http_port}/oauth2/token  (client credentials)\n"
             f"tenant      {DEMO_TENANT}, key {key_id} (secret in client.properties)\n"

@@ -94,6 +94,8 @@ def _key_data(key: ApiKey) -> dict[str, Any]:
         "created_ms": key.created_ms,
         "revoked": key.revoked,
         "platform_admin": key.platform_admin,
+        # Which keys can sign in with SCRAM; those made before it existed need rotating.
+        "scram_mechanisms": [c.mechanism.value for c in key.scram],
     }
 
 

@@ -25,8 +25,9 @@ import trustme
 from harness import free_port_block, wait_until
 from raw_kafka import RawConnection, request_class
 from shoal.tenancy.acl import default_bindings
-from shoal.tenancy.model import AclBinding, ApiKey, Quotas, Tenant
-from shoal.tenancy.secrets import hash_secret, new_key_id, new_secret
+from shoal.tenancy.keys import key_record
+from shoal.tenancy.model import AclBinding, Quotas, Tenant
+from shoal.tenancy.secrets import new_key_id, new_secret
 from shoal.tenancy.store import TenancyStore
 
 READY_EVENT = "event=gateway_ready"
@@ -165,12 +166,15 @@ class TenantKey:
     def bootstrap(self, tls: bool = False) -> str:
         return self.gateway.tls_bootstrap if tls else self.gateway.bootstrap
 
-    def librdkafka(self, tls: bool = False, **extra: Any) -> dict[str, Any]:
-        """confluent-kafka settings (librdkafka names, as in client.properties)."""
+    def librdkafka(
+        self, tls: bool = False, mechanism: str = "PLAIN", **extra: Any
+    ) -> dict[str, Any]:
+        """confluent-kafka settings (librdkafka names, as in client.properties);
+        ``mechanism`` may be SCRAM-SHA-256 or SCRAM-SHA-512 (same username and password)."""
         config: dict[str, Any] = {
             "bootstrap.servers": self.bootstrap(tls),
             "security.protocol": "SASL_SSL" if tls else "SASL_PLAINTEXT",
-            "sasl.mechanism": "PLAIN",
+            "sasl.mechanism": mechanism,
             "sasl.username": self.key_id,
             "sasl.password": self.secret,
         }
@@ -184,12 +188,13 @@ class TenantKey:
         path.write_text("".join(f"{k}={v}\n" for k, v in self.librdkafka(tls).items()))
         return path
 
-    def python_client(self, tls: bool = False) -> dict[str, Any]:
-        """kafka-python and aiokafka keyword arguments (they share the names)."""
+    def python_client(self, tls: bool = False, mechanism: str = "PLAIN") -> dict[str, Any]:
+        """kafka-python and aiokafka keyword arguments (they share the names, the
+        ``plain`` ones included for SCRAM)."""
         config: dict[str, Any] = {
             "bootstrap_servers": self.bootstrap(tls),
             "security_protocol": "SASL_SSL" if tls else "SASL_PLAINTEXT",
-            "sasl_mechanism": "PLAIN",
+            "sasl_mechanism": mechanism,
             "sasl_plain_username": self.key_id,
             "sasl_plain_password": self.secret,
         }
@@ -241,12 +246,8 @@ def make_tenant(
             key_id, secret = new_key_id(), new_secret()
             wanted = default_bindings(name, key_id) if bindings is None else list(bindings)
             await store.add_key(
-                ApiKey(
-                    key_id,
-                    name,
-                    hash_secret(secret),
-                    int(time.time() * 1000),
-                    platform_admin=platform_admin,
+                key_record(
+                    key_id, name, secret, int(time.time() * 1000), platform_admin=platform_admin
                 ),
                 [b if b.principal in ("*", key_id) else _for_key(b, key_id) for b in wanted],
             )

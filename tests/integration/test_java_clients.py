@@ -18,11 +18,13 @@ file (SASL/PLAIN over SASL_PLAINTEXT), as a user would run ``bin/kafka-*.sh``:
 * ``kafka-cluster`` and ``kafka-broker-api-versions`` see the gateway's
   advertised brokers (plain and TLS listeners), never the internal ones;
 * SASL/OAUTHBEARER: the Java client's own OAuthBearerLoginCallbackHandler
-  fetches tokens from the gateway's token endpoint (client credentials).
+  fetches tokens from the gateway's token endpoint (client credentials);
+* SASL/SCRAM-SHA-256 and -512 with the key (Kafka's ScramLoginModule): the
+  Java producer and consumer, and a wrong password refused as Kafka refuses it.
 
-The consumer's KIP-848 protocol (``--group-protocol consumer``) is not
-tested: Shoal serves no ConsumerGroupHeartbeat (API 68), and the README's
-table says so.
+* the Java consumer with the KIP-848 protocol (``--group-protocol consumer``,
+  the broker's ``range`` assignor) reads and commits, and
+  ``kafka-consumer-groups`` describes the group it leaves.
 
 Tools print errors on stderr and sometimes still exit 0, so every run checks
 both. One cluster (three brokers and the gateway) and one tenant serve the
@@ -826,3 +828,49 @@ def test_java_client_oauthbearer_with_the_gateways_token_endpoint(
     refused = java.run(TOPICS, *wrong, "--list", jvm=jvm)
     assert refused.returncode != 0, failed(refused)
     assert "invalid_client" in failed(refused)
+
+
+# -- SASL/SCRAM with Kafka's ScramLoginModule -----------------------------------------------------
+
+
+def scram_settings(key: TenantKey, mechanism: str, password: str | None = None) -> dict[str, str]:
+    return {
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": mechanism,
+        "sasl.jaas.config": (
+            "org.apache.kafka.common.security.scram.ScramLoginModule required "
+            f'username="{key.key_id}" password="{password or key.secret}";'
+        ),
+    }
+
+
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512"])
+def test_java_clients_sign_in_with_scram(java: Java, gateway_cluster: Any, mechanism: str) -> None:
+    gateway = gateway_cluster.gateway
+    suffix = mechanism.rsplit("-", 1)[1]
+    config = java.properties(f"scram-{suffix}", scram_settings(java.key, mechanism))
+    admin = java.admin(config)
+    log_start = len(gateway.log_text())
+    topic, count = f"scram-{suffix}", 50
+    java.ok(TOPICS, *admin, *flags(f"--create --topic {topic} --partitions 2"))
+    produced = json_events(
+        java.ok(VERIFIABLE_PRODUCER, *admin, *flags(f"--topic {topic} --max-messages {count}"))
+    )
+    acked = [e for e in produced if e["name"] == "producer_send_success"]
+    assert len(acked) == count
+    consume = f"--topic {topic} --group-id scram-{suffix} --max-messages {count} --verbose"
+    consumed = json_events(java.ok(VERIFIABLE_CONSUMER, *admin, *flags(consume)))
+    assert len([e for e in consumed if e["name"] == "record_data"]) == count
+    logins = re.findall(
+        rf"event=gateway_authenticated .*key={java.key.key_id} mechanism=(\S+)",
+        gateway.log_text()[log_start:],
+    )
+    assert logins and set(logins) == {mechanism}, logins
+
+    wrong = java.properties(
+        f"scram-{suffix}-wrong", scram_settings(java.key, mechanism, password="not-the-secret")
+    )
+    refused = java.run(TOPICS, *java.admin(wrong), "--list")
+    assert refused.returncode != 0, failed(refused)
+    assert "SaslAuthenticationException" in failed(refused)
+    assert "invalid API key or secret" in failed(refused)

@@ -13,7 +13,9 @@ What a KafkaJS user checks:
   offsets (read back with ``admin.fetchOffsets``) commit together, and an aborted round
   moves neither;
 * the admin client, as a tenant, creates a topic, reads its metadata and offsets under the
-  tenant's own name, and another tenant does not list it.
+  tenant's own name, and another tenant does not list it;
+* a tenant's key signs in with SASL/SCRAM-SHA-256 and -512, produces and consumes; a
+  wrong password gets KafkaJS's SASL authentication error with the gateway's reason.
 
 ``make kafkajs`` installs KafkaJS at the version tests/integration/kafkajs/package.json
 pins, into ~/.cache/shoal (the fixture runs it, so this test never skips). The client code
@@ -25,10 +27,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +81,8 @@ class KafkaJs:
     node_modules: Path
     bootstrap: str
     key: TenantKey | None
+    mechanism: str = "plain"
+    """KafkaJS's name of the SASL mechanism: plain, scram-sha-256 or scram-sha-512."""
 
     @property
     def route(self) -> Route:
@@ -87,7 +92,9 @@ class KafkaJs:
     def connection(self) -> dict[str, Any]:
         connection: dict[str, Any] = {"brokers": self.bootstrap.split(",")}
         if self.key is not None:
-            connection.update(username=self.key.key_id, password=self.key.secret)
+            connection.update(
+                username=self.key.key_id, password=self.key.secret, mechanism=self.mechanism
+            )
         return connection
 
     def run(self, *steps: dict[str, Any]) -> list[dict[str, Any]]:
@@ -233,3 +240,35 @@ def test_kafkajs_admin_sees_the_tenants_own_topics(
 
     (seen,) = other.run({"kind": "admin", "topic": their_topic, "partitions": 1})
     assert seen["listed"] == [their_topic]
+
+
+@pytest.mark.parametrize("mechanism", ["scram-sha-256", "scram-sha-512"])
+def test_kafkajs_signs_in_with_scram_produces_and_consumes(
+    cluster: GatewayCluster, node_modules: Path, mechanism: str
+) -> None:
+    key = cluster.tenant(f"s{uuid.uuid4().hex[:6]}")
+    kafkajs = KafkaJs("gateway", node_modules, key.bootstrap(), key, mechanism)
+    topic = kafkajs.route.create_topic(partitions=1)
+    values = [f"scram-{i}" for i in range(10)]
+    log_start = len(cluster.gateway.log_text())
+    produced, consumed = kafkajs.run(
+        {"kind": "produce", "topic": topic, "values": values},
+        {**consume(topic, True, len(values)), "settleMs": 0},
+    )
+    assert [s["partition"] for s in produced["sent"]] == [0]
+    assert sorted(r["value"] for r in consumed["records"]) == sorted(values)
+    log = cluster.gateway.log_text()[log_start:]
+    logins = re.findall(rf"event=gateway_authenticated .*key={key.key_id} mechanism=(\S+)", log)
+    assert logins and set(logins) == {mechanism.upper()}, logins
+
+
+def test_kafkajs_with_a_wrong_scram_password_gets_a_sasl_authentication_error(
+    cluster: GatewayCluster, node_modules: Path
+) -> None:
+    key = cluster.tenant(f"s{uuid.uuid4().hex[:6]}")
+    wrong = replace(key, secret=key.secret + "x")
+    kafkajs = KafkaJs("gateway", node_modules, key.bootstrap(), wrong, "scram-sha-512")
+    with pytest.raises(AssertionError) as failed:
+        kafkajs.run({"kind": "produce", "topic": "anything", "values": ["x"]})
+    assert "KafkaJSSASLAuthenticationError" in str(failed.value)
+    assert "invalid API key or secret" in str(failed.value)

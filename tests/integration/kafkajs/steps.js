@@ -2,8 +2,9 @@
 // {connection, steps}; each step runs in order and prints one JSON line
 // {step, ...result} on stdout. KafkaJS's own log goes to stderr.
 //
-// connection: {brokers: [...], username?, password?}; with a username, SASL/PLAIN
-// over plain TCP (ssl false), as a tenant logs in to the gateway.
+// connection: {brokers: [...], username?, password?, mechanism?}; with a username,
+// SASL over plain TCP (ssl false), as a tenant logs in to the gateway: PLAIN
+// unless mechanism says 'scram-sha-256' or 'scram-sha-512'.
 'use strict';
 
 const { ConfigResourceTypes, Kafka, logLevel } = require('kafkajs');
@@ -11,7 +12,7 @@ const { ConfigResourceTypes, Kafka, logLevel } = require('kafkajs');
 const spec = JSON.parse(process.argv[2]);
 
 function client() {
-  const { brokers, username, password } = spec.connection;
+  const { brokers, username, password, mechanism } = spec.connection;
   const config = {
     clientId: 'shoal-kafkajs-test',
     brokers,
@@ -25,7 +26,7 @@ function client() {
     },
   };
   if (username !== undefined) {
-    config.sasl = { mechanism: 'plain', username, password };
+    config.sasl = { mechanism: mechanism || 'plain', username, password };
   }
   return new Kafka(config);
 }
@@ -104,6 +105,22 @@ async function consume(step) {
     await consumer.disconnect();
   }
   return { records };
+}
+
+// {topic, values}: a plain (non-transactional) producer sends the values, acks=all.
+async function produce(step) {
+  const producer = kafka.producer();
+  await producer.connect();
+  try {
+    const sent = await producer.send({
+      topic: step.topic,
+      acks: -1,
+      messages: step.values.map((value) => ({ value })),
+    });
+    return { sent: sent.map(({ partition, baseOffset }) => ({ partition, baseOffset })) };
+  } finally {
+    await producer.disconnect();
+  }
 }
 
 // {source, sink, groupId, transactionalId, expected, commit, timeoutMs}:
@@ -292,7 +309,7 @@ async function configs(step) {
   }
 }
 
-const STEPS = { transactions, consume, transform, admin, endOffsets, acls, configs };
+const STEPS = { transactions, consume, produce, transform, admin, endOffsets, acls, configs };
 
 (async () => {
   for (const step of spec.steps) {
