@@ -122,6 +122,7 @@ class Broker:
                 config.replica_lag_time_max_ms,
             )
             logs.load_all(lambda topic: replicas.log_config(first.topics.get(TopicName(topic))))
+                may_lead=lambda: store.session.may_lead(time.monotonic()),
             cache = MetadataCache(first)
             groups = GroupCoordinator(
                 replicas, config.group_config(), wall_clock_ms, _partition_exists(cache)

@@ -97,7 +97,9 @@ class Partition:
         node_id: NodeId,
         log: Log,
         clock: Callable[[], int],
+        may_lead: Callable[[], bool] = lambda: True,
     ) -> None:
+        self.may_lead = may_lead
         self.topic = topic
         self.index = index
         self.topic_id = topic_id
@@ -199,6 +201,11 @@ class Partition:
         if not self.is_leader:
             raise NotLeaderError(
                 f"broker {self.node_id} is not the leader of {self.topic}-{self.index}"
+            )
+        if not self.may_lead():
+            raise NotLeaderError(
+                f"broker {self.node_id} cannot be sure its session with the cluster stands,"
+                f" so another broker may lead {self.topic}-{self.index} now"
             )
 
     # -- writes ------------------------------------------------------------------

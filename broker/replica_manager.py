@@ -44,8 +44,12 @@ class ReplicaManager:
         clock: Callable[[], int],
         fetcher_settings: FetcherSettings | None = None,
         replica_lag_time_max_ms: int = 30000,
+        may_lead: Callable[[], bool] = lambda: True,
     ) -> None:
         self.node_id = node_id
+        self.may_lead = may_lead
+        """Whether this broker's session with the cluster certainly stands (its leaders
+        refuse otherwise): :class:`shoal.broker.cluster.session.BrokerSession`."""
         self.logs = logs
         self.broker_defaults = dict(broker_defaults)
         self.clock = clock
@@ -91,7 +95,13 @@ class ReplicaManager:
                 if partition is None:
                     plog = self.logs.get_or_create(name, index, record.topic_id, config)
                     partition = Partition(
-                        name, index, record.topic_id, self.node_id, plog, self.clock
+                        name,
+                        index,
+                        record.topic_id,
+                        self.node_id,
+                        plog,
+                        self.clock,
+                        may_lead=self.may_lead,
                     )
                     self.partitions[tp] = partition
                 elif partition.log.config != config:

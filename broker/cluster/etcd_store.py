@@ -29,6 +29,8 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
+import time
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, Final
@@ -46,6 +48,7 @@ from shoal.broker.cluster.model import (
     TopicRecord,
     uuid_text,
 )
+from shoal.broker.cluster.session import BrokerSession
 from shoal.broker.cluster.store import (
     AssignmentChange,
     ConflictError,
@@ -66,9 +69,14 @@ _TXN_OPS: Final = 100
 """Partition changes per etcd transaction; etcd refuses more than 128 operations in one."""
 
 
+def _keepalive_interval(ttl_s: int) -> float:
+    return max(ttl_s / 3, 0.5)
+
+
 class EtcdMetadataStore:
     def __init__(self, url: str, timeout_s: float = 5.0) -> None:
         self.address = EtcdAddress.parse(url)
+        self._timeout_s = timeout_s
         self._root = self.address.root.encode()
         self._client = aetcd.Client(
             host=self.address.host, port=self.address.port, timeout=timeout_s
@@ -77,6 +85,8 @@ class EtcdMetadataStore:
         self._registration: BrokerRegistration | None = None
         self._keepalive: asyncio.Task[None] | None = None
         self._closed = asyncio.Event()
+        self.session = BrokerSession(retry_window_s=math.inf)
+        """Whether this broker may act as a leader (set up by register_broker)."""
 
     # -- keys ------------------------------------------------------------------
 
@@ -153,7 +163,11 @@ class EtcdMetadataStore:
                     f"node id {registration.node_id} is registered by a live broker at"
                     f" {current.host}:{current.port}"
                 )
+        interval = _keepalive_interval(ttl_s)
+        self.session.retry_window_s = interval + self._timeout_s + 1.0
+        asked = time.monotonic()
         self._lease = await self._call(self._client.lease(ttl_s))
+        self.session.renewed(asked, ttl_s)
         put = await self._call(self._client.put(key, registration.to_json(), lease=self._lease))
         self._registration = registration
         if self._keepalive is None:
@@ -161,22 +175,31 @@ class EtcdMetadataStore:
         return int(put.header.revision)
 
     async def _keep_alive(self, ttl_s: int) -> None:
-        interval = max(ttl_s / 3, 0.5)
+        interval = _keepalive_interval(ttl_s)
         while not self._closed.is_set():
             await asyncio.sleep(interval)
+            asked = time.monotonic()
             try:
                 reply = await self._lease.refresh()
                 if reply is None or reply.TTL <= 0:
-                    log.warning("event=broker_lease_expired action=reregister")
+                    log.warning("event=broker_lease_expired action=reregister_and_catch_up")
                     assert self._registration is not None
+                    # Not a leader of anything until the image shows what moved meanwhile.
+                    self.session.registered_again(2**63 - 1)
+                    asked = time.monotonic()
                     self._lease = await self._client.lease(ttl_s)
-                    await self._client.put(
+                    put = await self._client.put(
                         self._key("brokers", self._registration.node_id),
                         self._registration.to_json(),
                         lease=self._lease,
                     )
+                    self.session.registered_again(int(put.header.revision))
+                    self.session.renewed(asked, ttl_s)
+                else:
+                    self.session.renewed(asked, int(reply.TTL))
             except aetcd.exceptions.ClientError as exc:
                 log.warning("event=broker_lease_refresh_failed error=%s", exc)
+                self.session.renewal_failed(time.monotonic())
 
     async def deregister_broker(self) -> None:
         # The keep-alive stops first: a refresh after the revoke would find no lease.
@@ -376,6 +399,7 @@ class EtcdMetadataStore:
         for kv in snapshot:
             state.put(kv.key, kv.value, kv.mod_revision, kv.create_revision)
         revision = snapshot.header.revision
+        self.session.image_at(revision)
         yield state.image(revision)
         queue: asyncio.Queue[Any] = asyncio.Queue()
         watch = await self._client.watch_prefix(root, start_revision=revision + 1)
@@ -409,6 +433,7 @@ class EtcdMetadataStore:
                     else:
                         state.delete(event.kv.key)
                     revision = max(revision, event.kv.mod_revision)
+                self.session.image_at(revision)
                 yield state.image(revision)
         finally:
             pumping.cancel()
