@@ -24,6 +24,7 @@ import contextlib
 import logging
 import math
 import time
+import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from typing import Final
@@ -36,6 +37,7 @@ from shoal.broker.cluster.store import StoreUnavailableError
 from shoal.broker.config import BrokerConfig
 from shoal.broker.controller.controller import Controller, ControllerSettings
 from shoal.broker.controller.forwarding import ControllerForwarder
+from shoal.broker.coordinator.consumer_coordinator import TopicsView
 from shoal.broker.coordinator.coordinator import GroupCoordinator
 from shoal.broker.handlers import API_VERSIONS, build_handlers
 from shoal.broker.handlers.base import BrokerServices
@@ -120,12 +122,16 @@ class Broker:
                 monotonic_ms,
                 _fetcher_settings(config),
                 config.replica_lag_time_max_ms,
+                may_lead=lambda: store.session.may_lead(time.monotonic()),
             )
             logs.load_all(lambda topic: replicas.log_config(first.topics.get(TopicName(topic))))
-                may_lead=lambda: store.session.may_lead(time.monotonic()),
             cache = MetadataCache(first)
             groups = GroupCoordinator(
-                replicas, config.group_config(), wall_clock_ms, _partition_exists(cache)
+                replicas,
+                config.group_config(),
+                wall_clock_ms,
+                _partition_exists(cache),
+                _topics_view(cache),
             )
             controller = Controller(
                 self.node_id,
@@ -374,6 +380,18 @@ def _partition_exists(cache: MetadataCache) -> Callable[[str, int], bool]:
         return known is not None and 0 <= partition < known.record.partition_count
 
     return exists
+
+
+def _topics_view(cache: MetadataCache) -> TopicsView:
+    """Every topic's id and partition count, for KIP-848 assignments (by topic id)."""
+
+    def topics() -> dict[str, tuple[uuid.UUID, int]]:
+        return {
+            str(name): (t.record.topic_id, t.record.partition_count)
+            for name, t in cache.image.topics.items()
+        }
+
+    return topics
 
 
 async def _follow(images: AsyncIterator[ClusterImage], cache: MetadataCache) -> None:

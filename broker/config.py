@@ -143,6 +143,18 @@ class BrokerConfig(BaseSettings):
     group_max_size: int = Field(
         2**31 - 1, ge=1, description="Most members a group may have (group.max.size)."
     )
+    group_consumer_session_timeout_ms: int = Field(
+        45000,
+        ge=1,
+        description="How long a KIP-848 consumer group member may stay silent before it is"
+        " fenced (group.consumer.session.timeout.ms).",
+    )
+    group_consumer_heartbeat_interval_ms: int = Field(
+        5000,
+        ge=1,
+        description="How often KIP-848 consumer group members are told to heartbeat"
+        " (group.consumer.heartbeat.interval.ms).",
+    )
     transaction_max_timeout_ms: int = Field(
         900000,
         ge=1,
@@ -276,6 +288,8 @@ class BrokerConfig(BaseSettings):
             offset_metadata_max_bytes=self.offset_metadata_max_bytes,
             offsets_topic_num_partitions=self.offsets_topic_num_partitions,
             offsets_topic_replication_factor=self.offsets_topic_replication_factor,
+            consumer_session_timeout_ms=self.group_consumer_session_timeout_ms,
+            consumer_heartbeat_interval_ms=self.group_consumer_heartbeat_interval_ms,
         )
 
     def transaction_config(self) -> TransactionConfig:

@@ -19,3 +19,9 @@ class GroupConfig:
     offsets_topic_num_partitions: int = 50
     offsets_topic_replication_factor: int = 3
     offsets_topic_segment_bytes: int = 104_857_600
+    consumer_session_timeout_ms: int = 45_000
+    """group.consumer.session.timeout.ms: a KIP-848 member silent this long is fenced."""
+    consumer_heartbeat_interval_ms: int = 5_000
+    """group.consumer.heartbeat.interval.ms: how often KIP-848 members are told to heartbeat."""
+    consumer_max_size: int = 2**31 - 1
+    """group.consumer.max.size."""

@@ -32,8 +32,15 @@ Timers, all on the event loop:
 * pending member (KIP-394): a member id handed out with MEMBER_ID_REQUIRED
   is forgotten if not used within the session timeout.
 
+KIP-848 consumer groups (ConsumerGroupHeartbeat) live beside the classic
+ones in :mod:`shoal.broker.coordinator.consumer_coordinator`
+(``self.consumer``), in the same partitions and loaded by the same replay;
+this class keeps every group's committed offsets, routes a group id to the
+protocol that holds it, and lists both kinds.
+
 All methods run on the event loop thread; a request handler awaits the join
-or sync future of its member, never a lock.
+or sync future of its member, never a lock (the consumer protocol's
+heartbeats take a per-group lock around their write).
 """
 
 from __future__ import annotations
@@ -46,6 +53,8 @@ from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from shoal.broker.coordinator.config import GroupConfig
+from shoal.broker.coordinator.consumer_coordinator import ConsumerCoordinator, TopicsView
+from shoal.broker.coordinator.consumer_records import ConsumerReplay, Entry, parse_consumer_key
 from shoal.broker.coordinator.group import (
     CommittedOffset,
     Group,
@@ -124,6 +133,15 @@ class DescribedGroup:
     members: tuple[Member, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class ListedGroup:
+    group_id: str
+    protocol_type: str
+    state: str
+    group_type: str
+    """"classic" or "consumer" (KIP-848), ListGroups v5's group type."""
+
+
 class CoordinatorError(Exception):
     def __init__(self, code: ErrorCode, message: str = "") -> None:
         super().__init__(message or code.name)
@@ -137,12 +155,23 @@ class GroupCoordinator:
         config: GroupConfig,
         clock: Callable[[], int],
         topic_exists: Callable[[str, int], bool],
+        topics: TopicsView | None = None,
     ) -> None:
         self.replicas = replicas
         self.config = config
         self.clock = clock
         self.topic_exists = topic_exists
         self.groups: dict[str, Group] = {}
+        """Classic groups, and the committed offsets of every group (a KIP-848 group's
+        offsets live in an Empty entry here, as Kafka keeps offsets apart from membership)."""
+        self.consumer = ConsumerCoordinator(
+            config,
+            self.owner_error,
+            self._append_entries,
+            topics or dict,
+            self._classic_state,
+            self._forget_classic,
+        )
         self.loaded: set[int] = set()
         self.loading: dict[int, asyncio.Task[None]] = {}
         self._expiry: asyncio.Task[None] | None = None
@@ -192,12 +221,16 @@ class GroupCoordinator:
             task.cancel()
         for index in list(self.loaded):
             self._unload(index)
+        self.consumer.close()
 
     async def _load(self, index: int) -> None:
         partition = self.replicas.get(OFFSETS_TOPIC, index)
         try:
             if partition is not None:
-                groups = self._read_groups(partition)
+                replay = self._replay(partition)
+                groups = replay.groups()
+                consumer_groups = replay.consumer.result()
+                self.consumer.install(consumer_groups)
                 now = self.clock()
                 for group in groups.values():
                     self.groups[group.group_id] = group
@@ -206,7 +239,10 @@ class GroupCoordinator:
                     if group.state is GroupState.EMPTY and group.state_timestamp < 0:
                         group.state_timestamp = now
                 log.info(
-                    "event=offsets_partition_loaded partition=%d groups=%d", index, len(groups)
+                    "event=offsets_partition_loaded partition=%d groups=%d consumer_groups=%d",
+                    index,
+                    len(groups),
+                    len(consumer_groups),
                 )
             self.loaded.add(index)
         except (LogError, RecordFormatError, OSError):
@@ -215,6 +251,10 @@ class GroupCoordinator:
             self.loading.pop(index, None)
 
     def _read_groups(self, partition: Partition) -> dict[str, Group]:
+        """The classic groups and the offsets of a partition (see :meth:`_replay`)."""
+        return self._replay(partition).groups()
+
+    def _replay(self, partition: Partition) -> _Replay:
         """Replay the partition: the latest record per key wins, null values delete;
         transactional offsets count once their commit marker is read."""
         replay = _Replay()
@@ -250,13 +290,14 @@ class GroupCoordinator:
                         record.offset,
                         exc,
                     )
-        return replay.groups()
+        return replay
 
     def _unload(self, index: int) -> None:
         task = self.loading.pop(index, None)
         if task is not None:
             task.cancel()
         self.loaded.discard(index)
+        self.consumer.unload([g for g in self.consumer.groups if self.partition_of(g) == index])
         for group_id in [g for g in self.groups if self.partition_of(g) == index]:
             group = self.groups.pop(group_id)
             self._cancel_timers(group)
@@ -311,6 +352,33 @@ class GroupCoordinator:
         except (LogError, PartitionError, OSError) as exc:
             log.warning("event=offsets_append_failed group=%s error=%s", group_id, exc)
             raise CoordinatorError(E.coordinator_not_available, str(exc)) from exc
+
+    async def _append_entries(self, group_id: str, entries: Sequence[Entry]) -> ErrorCode:
+        """The consumer coordinator's writes: NONE once replicated, else the error to answer."""
+        try:
+            await self._append(group_id, entries)
+        except CoordinatorError as exc:
+            return exc.code
+        return E.none
+
+    def _classic_state(self, group_id: str) -> str:
+        """Whether a classic group holds ``group_id``: "absent", "empty" or "active"."""
+        group = self.groups.get(group_id)
+        if group is None or group.is_(GroupState.DEAD):
+            return "absent"
+        return "empty" if group.is_(GroupState.EMPTY) else "active"
+
+    async def _forget_classic(self, group_id: str) -> ErrorCode:
+        """An empty classic group gives its id to a consumer group (as Kafka's
+        maybeDeleteEmptyClassicGroup): its metadata goes, its offsets stay."""
+        group = self.groups.get(group_id)
+        if group is None or (group.protocol_type is None and group.generation == 0):
+            return E.none
+        code = await self._append_entries(group_id, [(group_key(group_id), None)])
+        if code is E.none:
+            group.protocol_type = group.protocol_name = group.leader_id = None
+            group.generation = 0
+        return code
 
     async def _store_group(self, group: Group) -> None:
         await self._append(
@@ -551,6 +619,14 @@ class GroupCoordinator:
         config = self.config
         if not config.min_session_timeout_ms <= session_timeout_ms <= config.max_session_timeout_ms:
             return JoinResult(E.invalid_session_timeout)
+        if self.consumer.is_consumer_group(group_id):
+            # Kafka 4 lets classic members join a consumer group (a mixed group);
+            # Shoal does not: an empty one gives way, a live one refuses.
+            deleted = await self.consumer.delete(group_id)
+            if deleted is E.non_empty_group:
+                return JoinResult(E.inconsistent_group_protocol)
+            if deleted is not None and deleted is not E.none:
+                return JoinResult(deleted)
         group = self.groups.get(group_id)
         if group is None:
             if member_id:
@@ -847,13 +923,17 @@ class GroupCoordinator:
         member_id: str,
         group_instance_id: str | None,
         offsets: Mapping[tuple[str, int], CommittedOffset],
+        api_version: int = 9,
     ) -> dict[tuple[str, int], ErrorCode]:
-        """Store offsets for a group member, or for a "simple" group (generation -1, no member)."""
+        """Store offsets for a group member, or for a "simple" group (generation -1, no member).
+
+        For a KIP-848 group ``generation`` is the member epoch (OffsetCommit v9's
+        generation_id_or_member_epoch)."""
 
         def everywhere(code: ErrorCode) -> dict[tuple[str, int], ErrorCode]:
             return dict.fromkeys(offsets, code)
 
-        checked = self._committer(group_id, generation, member_id, group_instance_id)
+        checked = self._committer(group_id, generation, member_id, group_instance_id, api_version)
         if not isinstance(checked, Group):
             return everywhere(checked)
         group = checked
@@ -1035,7 +1115,12 @@ class GroupCoordinator:
         return frozenset(tp for pending in group.pending_txn_offsets.values() for tp in pending)
 
     def _committer(
-        self, group_id: str, generation: int, member_id: str, group_instance_id: str | None
+        self,
+        group_id: str,
+        generation: int,
+        member_id: str,
+        group_instance_id: str | None,
+        api_version: int = 9,
     ) -> Group | ErrorCode:
         """The group a commit goes to, or why it may not (Kafka's OffsetCommit checks)."""
         if not group_id:
@@ -1043,6 +1128,8 @@ class GroupCoordinator:
         error = self.owner_error(group_id)
         if error is not None:
             return error
+        if self.consumer.is_consumer_group(group_id):
+            return self._consumer_committer(group_id, generation, member_id, api_version)
         group = self.groups.get(group_id)
         if group is None or group.is_(GroupState.DEAD):
             if generation >= 0:
@@ -1065,6 +1152,19 @@ class GroupCoordinator:
         if group.is_(GroupState.COMPLETING_REBALANCE):
             return E.rebalance_in_progress
         self._schedule_heartbeat(group, member)
+        return group
+
+    def _consumer_committer(
+        self, group_id: str, member_epoch: int, member_id: str, api_version: int
+    ) -> Group | ErrorCode:
+        """A KIP-848 group's commit: the member's epoch must be current; the offsets go to
+        the group's entry here, made if it has none yet."""
+        refusal = self.consumer.validate_commit(group_id, member_id, member_epoch, api_version)
+        if refusal is not None:
+            return refusal
+        group = self.groups.get(group_id)
+        if group is None or group.is_(GroupState.DEAD):
+            group = self.groups[group_id] = Group(group_id, state_timestamp=self.clock())
         return group
 
     def fetch_offsets(
@@ -1091,10 +1191,20 @@ class GroupCoordinator:
         group = self.groups.get(group_id)
         if group is None or group.is_(GroupState.DEAD):
             return E.group_id_not_found, {}
+        if self.consumer.is_consumer_group(group_id):
+            return await self._delete_offsets_of(
+                group, partitions, self.consumer.subscribed_topics(group_id)
+            )
         if not group.is_(GroupState.EMPTY) and group.protocol_type != "consumer":
             # Only a consumer group's subscriptions say which offsets are in use.
             return E.non_empty_group, {}
         subscribed = group.subscribed_topics() if not group.is_(GroupState.EMPTY) else frozenset()
+        return await self._delete_offsets_of(group, partitions, subscribed)
+
+    async def _delete_offsets_of(
+        self, group: Group, partitions: Iterable[tuple[str, int]], subscribed: frozenset[str]
+    ) -> tuple[ErrorCode, dict[tuple[str, int], ErrorCode]]:
+        group_id = group.group_id
         results: dict[tuple[str, int], ErrorCode] = {}
         removed = []
         for tp in partitions:
@@ -1114,23 +1224,37 @@ class GroupCoordinator:
 
     # -- listing, describing, deleting groups ------------------------------------------
 
-    def list_groups(self, states: set[str], types: set[str]) -> list[Group]:
-        if types and "classic" not in {t.lower() for t in types}:
-            return []
+    def list_groups(self, states: set[str], types: set[str]) -> list[ListedGroup]:
+        """Classic and consumer (KIP-848) groups of the loaded partitions, as ListGroups
+        shows them; ``states`` and ``types`` filter case-insensitively when not empty."""
+        wanted_types = {t.lower() for t in types}
         wanted = {s.lower() for s in states}
-        return [
-            g
-            for index in sorted(self.loaded)
-            for g in self.groups.values()
-            if self.partition_of(g.group_id) == index
-            and not g.is_(GroupState.DEAD)
-            and (not wanted or g.state.value.lower() in wanted)
-        ]
+        listed: list[ListedGroup] = []
+        for index in sorted(self.loaded):
+            if not wanted_types or "classic" in wanted_types:
+                listed.extend(
+                    ListedGroup(g.group_id, g.protocol_type or "", g.state.value, "classic")
+                    for g in self.groups.values()
+                    if self.partition_of(g.group_id) == index
+                    and not g.is_(GroupState.DEAD)
+                    and not self.consumer.is_consumer_group(g.group_id)
+                )
+            if not wanted_types or "consumer" in wanted_types:
+                listed.extend(
+                    ListedGroup(c.group_id, "consumer", c.state.value, "consumer")
+                    for c in self.consumer.groups.values()
+                    if self.partition_of(c.group_id) == index and not c.dead
+                )
+        return [g for g in listed if not wanted or g.state.lower() in wanted]
 
     def describe_group(self, group_id: str) -> DescribedGroup:
         error = self.owner_error(group_id)
         if error is not None:
             return DescribedGroup(error, group_id, "", "", "", ())
+        if self.consumer.is_consumer_group(group_id):
+            # As Kafka 4 answers DescribeGroups up to v5: classic groups only, any other
+            # group is Dead (ConsumerGroupDescribe describes it).
+            return DescribedGroup(E.none, group_id, GroupState.DEAD.value, "", "", ())
         group = self.groups.get(group_id)
         if group is None:
             return DescribedGroup(E.none, group_id, GroupState.DEAD.value, "", "", ())
@@ -1147,7 +1271,12 @@ class GroupCoordinator:
         error = self.owner_error(group_id)
         if error is not None:
             return error
+        deleted = await self.consumer.delete(group_id)
+        if deleted is not None and deleted is not E.none:
+            return deleted
         group = self.groups.get(group_id)
+        if deleted is E.none and (group is None or group.is_(GroupState.DEAD)):
+            return E.none
         if group is None or group.is_(GroupState.DEAD):
             return E.group_id_not_found
         if not group.is_(GroupState.EMPTY):
@@ -1168,6 +1297,8 @@ class GroupCoordinator:
         group.transition(GroupState.DEAD, self.clock())
         self._cancel_timers(group)
         self.groups.pop(group.group_id, None)
+        if self.consumer.is_consumer_group(group.group_id):
+            await self.consumer.delete(group.group_id)  # its epoch records go too
         log.info("event=group_deleted group=%s", group.group_id)
 
     # -- offset retention (KIP-211) -------------------------------------------------------
@@ -1202,6 +1333,10 @@ class GroupCoordinator:
         expired = 0
         for group in list(self.groups.values()):
             if self.partition_of(group.group_id) not in self.loaded or group.is_(GroupState.DEAD):
+                continue
+            if self.consumer.has_members(group.group_id):
+                # A KIP-848 group with members keeps its offsets (the subscription rule
+                # Kafka applies to it is not built); an empty one expires as any group.
                 continue
             if group.is_(GroupState.EMPTY):
                 doomed = [
@@ -1254,6 +1389,7 @@ class _Replay:
         self.offsets: dict[str, dict[tuple[str, int], PendingOffset | None]] = {}
         self.metadata: dict[str, Group | None] = {}
         self.pending: dict[int, dict[tuple[str, tuple[str, int]], PendingOffset | None]] = {}
+        self.consumer = ConsumerReplay()
 
     def marker(self, producer_id: int, commit: bool) -> None:
         """The producer's transaction ended here: its offsets count (commit) or not."""
@@ -1270,6 +1406,11 @@ class _Replay:
     def record(self, header: BatchHeader, record: Record) -> None:
         assert record.key is not None
         key = parse_key(record.key)
+        if key is None:
+            consumer_key = parse_consumer_key(record.key)
+            if consumer_key is not None:
+                self.consumer.record(consumer_key, record.value)
+            return
         if isinstance(key, OffsetKey):
             tp = (key.topic, key.partition)
             entry = None

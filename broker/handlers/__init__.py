@@ -22,6 +22,10 @@ from shoal.broker.handlers.configs import (
     handle_describe_configs,
     handle_incremental_alter_configs,
 )
+from shoal.broker.handlers.consumer_groups import (
+    handle_consumer_group_describe,
+    handle_consumer_group_heartbeat,
+)
 from shoal.broker.handlers.coordinator import handle_find_coordinator
 from shoal.broker.handlers.delete_records import handle_delete_records
 from shoal.broker.handlers.describe_producers import handle_describe_producers
@@ -109,6 +113,8 @@ DESCRIBE_CLUSTER: Final = 60
 DESCRIBE_PRODUCERS: Final = 61
 DESCRIBE_TRANSACTIONS: Final = 65
 LIST_TRANSACTIONS: Final = 66
+CONSUMER_GROUP_HEARTBEAT: Final = 68
+CONSUMER_GROUP_DESCRIBE: Final = 69
 
 API_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     PRODUCE: (3, 11),
@@ -153,6 +159,8 @@ API_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     DESCRIBE_PRODUCERS: (0, 0),
     DESCRIBE_TRANSACTIONS: (0, 0),
     LIST_TRANSACTIONS: (0, 1),
+    CONSUMER_GROUP_HEARTBEAT: (0, 1),
+    CONSUMER_GROUP_DESCRIBE: (0, 1),
 }
 
 
@@ -201,4 +209,6 @@ def build_handlers() -> dict[int, Handler]:
         DESCRIBE_PRODUCERS: handle_describe_producers,
         DESCRIBE_TRANSACTIONS: handle_describe_transactions,
         LIST_TRANSACTIONS: handle_list_transactions,
+        CONSUMER_GROUP_HEARTBEAT: handle_consumer_group_heartbeat,
+        CONSUMER_GROUP_DESCRIBE: handle_consumer_group_describe,
     }

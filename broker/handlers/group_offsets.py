@@ -142,6 +142,7 @@ async def handle_offset_commit(services: BrokerServices, ctx: RequestContext, re
         request.member_id,
         getattr(request, "group_instance_id", None),
         offsets,
+        api_version=ctx.version,
     )
     return _commit_response(api, "OffsetCommit", request, results)
 
@@ -155,11 +156,17 @@ def _fetch_topics(
     partition_class: str,
     per_partition_errors: bool,
     require_stable: bool,
+    member: tuple[str | None, int] | None = None,
 ) -> tuple[ErrorCode, tuple[Any, ...]]:
     """One group's committed offsets: the asked partitions, or all (``topics`` null)."""
     api = ctx.api
     wanted = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
     code, found = services.groups.fetch_offsets(group_id, wanted)
+    if code is E.none and member is not None:
+        # OffsetFetch v9 from a KIP-848 member: its id and epoch must be current.
+        refusal = services.groups.consumer.validate_fetch(group_id, *member)
+        if refusal is not None:
+            code, found = refusal, {}
     if code is not E.none and per_partition_errors:
         found = dict.fromkeys(wanted or [], None)
     unstable = services.groups.unstable_partitions(group_id) if require_stable else frozenset()
@@ -200,6 +207,7 @@ async def handle_offset_fetch(services: BrokerServices, ctx: RequestContext, req
                 "OffsetFetchResponsePartitions",
                 per_partition_errors=False,
                 require_stable=require_stable,
+                member=(getattr(group, "member_id", None), getattr(group, "member_epoch", -1)),
             )
             groups.append(
                 api.make(

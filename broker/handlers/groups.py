@@ -139,9 +139,9 @@ async def handle_list_groups(services: BrokerServices, ctx: RequestContext, requ
             api.make(
                 "ListedGroup",
                 group_id=g.group_id,
-                protocol_type=g.protocol_type or "",
-                group_state=g.state.value,
-                group_type="classic",
+                protocol_type=g.protocol_type,
+                group_state=g.state,
+                group_type=g.group_type,
             )
             for g in groups
         ),

@@ -2268,3 +2268,123 @@ def consumer_group_protocol(env: Endpoint) -> Observation:
     finally:
         consumer.close()
     return {"records": len(records), "errors": errors[:1], "assignment": assignment}
+
+
+def _raw_coordinator(env: Endpoint, group: str) -> str:
+    """The group's coordinator, from FindCoordinator v4 asked with a raw request."""
+    from raw_kafka import RawConnection, request_class
+
+    find = request_class(10, 4)
+    first = str(env.config["bootstrap.servers"]).split(",")[0]
+    deadline = time.monotonic() + TIMEOUT_S
+    while True:
+        with RawConnection(first) as conn:
+            found = conn.call(find(key_type=0, coordinator_keys=(group,))).coordinators[0]
+        if found.port > 0 or time.monotonic() > deadline:
+            return f"{found.host}:{found.port}"
+        time.sleep(0.2)
+
+
+@scenario(doors=("direct",))
+def consumer_group_heartbeat_errors(env: Endpoint) -> Observation:
+    """ConsumerGroupHeartbeat (KIP-848) refusals: malformed joins, unknown and fenced members,
+    leaving, a classic group's id, and OffsetCommit v9's member epoch checks."""
+    from datetime import timedelta
+
+    from raw_kafka import RawConnection, request_class
+
+    topic = create_topic(env, "kip848-errors", partitions=2)
+    group, classic = env.group_name("kip848-errors"), env.group_name("kip848-classic")
+    heartbeat = request_class(68, 1)
+    join_fields = {
+        "rebalance_timeout": timedelta(seconds=30),
+        "subscribed_topic_names": (topic,),
+        "topic_partitions": (),
+    }
+
+    def beat(conn: RawConnection, member: str, epoch: int, **fields: Any) -> Any:
+        fields.setdefault("topic_partitions", None)
+        return conn.call(
+            heartbeat(
+                group_id=fields.pop("group", group), member_id=member, member_epoch=epoch, **fields
+            )
+        )
+
+    def code(response: Any) -> str:
+        return str(response.error_code.name)
+
+    out: dict[str, Any] = {}
+    with RawConnection(_raw_coordinator(env, group)) as conn:
+        out["empty_member_id"] = code(beat(conn, "", 0, **join_fields))
+        out["unknown_group"] = code(beat(conn, "m1", 1))
+        out["no_rebalance_timeout"] = code(
+            beat(conn, "m1", 0, subscribed_topic_names=(topic,), topic_partitions=())
+        )
+        out["unknown_assignor"] = code(beat(conn, "m1", 0, server_assignor="nope", **join_fields))
+        joined = beat(conn, "m1", 0, **join_fields)
+        epoch = joined.member_epoch
+        out["join"] = [code(joined), epoch > 0, joined.assignment is not None]
+        out["fenced_ahead"] = code(beat(conn, "m1", epoch + 5))
+        out["unknown_member"] = code(beat(conn, "nobody", epoch))
+        out["invalid_epoch"] = code(beat(conn, "m1", -3))
+        out["static_leave_without_instance"] = code(beat(conn, "m1", -2))
+        out["leave_unknown"] = code(beat(conn, "nobody", -1))
+        commit = request_class(8, 9)
+        commit_topic = request_class(8, 9, "OffsetCommitRequestTopic")
+        commit_partition = request_class(8, 9, "OffsetCommitRequestPartition")
+
+        def committed(member: str, member_epoch: int) -> str:
+            answer = conn.call(
+                commit(
+                    group_id=group,
+                    generation_id_or_member_epoch=member_epoch,
+                    member_id=member,
+                    group_instance_id=None,
+                    topics=(
+                        commit_topic(
+                            name=topic,
+                            partitions=(
+                                commit_partition(
+                                    partition_index=0,
+                                    committed_offset=0,
+                                    committed_leader_epoch=-1,
+                                    committed_metadata="",
+                                ),
+                            ),
+                        ),
+                    ),
+                )
+            )
+            return str(answer.topics[0].partitions[0].error_code.name)
+
+        out["commit"] = {
+            "stale_epoch": committed("m1", epoch + 7),
+            "unknown_member": committed("nobody", epoch),
+            "no_member": committed("", -1),
+            "current": committed("m1", epoch),
+        }
+        left = beat(conn, "m1", -1)
+        out["leave"] = [code(left), left.member_epoch]
+        out["after_leave"] = code(beat(conn, "m1", epoch))
+    join_group = request_class(11, 9)
+    protocol = request_class(11, 9, "JoinGroupRequestProtocol")
+    with RawConnection(_raw_coordinator(env, classic)) as conn:
+
+        def join_classic(member: str) -> Any:
+            return conn.call(
+                join_group(
+                    group_id=classic,
+                    session_timeout=timedelta(seconds=10),
+                    rebalance_timeout=timedelta(seconds=10),
+                    member_id=member,
+                    group_instance_id=None,
+                    protocol_type="consumer",
+                    protocols=(protocol(name="range", metadata=b""),),
+                    reason=None,
+                )
+            )
+
+        classic_member = join_classic(join_classic("").member_id)
+        out["classic_join"] = code(classic_member)
+        out["heartbeat_to_classic_group"] = code(beat(conn, "m1", 0, group=classic, **join_fields))
+    return out

@@ -521,6 +521,36 @@ def test_java_producer_with_each_codec_and_java_consumer_read_each_record_once(
     assert all(len(codecs) == 1 for codecs in codec_of.values()), codec_of
 
 
+def test_java_consumer_with_the_consumer_group_protocol_reads_and_commits(java: Java) -> None:
+    topic, group, total = "kip848", "kip848-readers", 30
+    java.ok(TOPICS, *java.admin(), *flags(f"--create --topic {topic} --partitions 3"))
+    producer = Producer(java.key.librdkafka(acks="all"))
+    for i in range(total):
+        producer.produce(topic, str(i).encode(), partition=i % 3)
+    assert producer.flush(30) == 0
+
+    read = java.ok(
+        VERIFIABLE_CONSUMER,
+        *java.admin(),
+        *flags(f"--topic {topic} --group-id {group} --max-messages {total}"),
+        *flags("--group-protocol consumer --group-remote-assignor range"),
+        *flags("--verbose --reset-policy earliest"),
+    )
+
+    events = json_events(read)
+    values = sorted(int(e["value"]) for e in events if e["name"] == "record_data")
+    assert values == list(range(total))
+    assigned = [e for e in events if e["name"] == "partitions_assigned"]
+    assert {p["partition"] for e in assigned for p in e["partitions"]} == {0, 1, 2}
+    commits = [e for e in events if e["name"] == "offsets_committed"]
+    assert commits and all(c["success"] for c in commits), commits
+    committed = {o["partition"]: o["offset"] for c in commits for o in c["offsets"]}
+    assert committed == {0: 10, 1: 10, 2: 10}
+    described = java.ok(GROUPS, *java.admin(), *flags(f"--describe --group {group} --state"))
+    # Empty, the group names Kafka's default assignor, as Kafka's does.
+    assert re.search(rf"{group}\s+\S+\s+\(\d+\)\s+uniform\s+Empty\s+0", described), described
+
+
 # -- console producer/consumer and kafka-consumer-groups --------------------------------------
 
 CONSOLE_RECORDS = 30

@@ -70,6 +70,11 @@ CONFIG = GroupConfig(
 )
 
 
+def topic_id(name: str) -> uuid.UUID:
+    """A stable id per topic name, for the tests' cluster of KIP-848 groups."""
+    return uuid.uuid5(uuid.NAMESPACE_DNS, name)
+
+
 @dataclass
 class Clock:
     now: int = NOW
@@ -131,6 +136,8 @@ class CoordinatorEnv:
     clock: Clock = field(default_factory=Clock)
     topics: set[str] = field(default_factory=lambda: {"t", "u", "v"})
     """Topics that exist, for the coordinator's topic_exists."""
+    partition_counts: dict[str, int] = field(default_factory=dict)
+    """Partition counts of the topics KIP-848 groups see (by name; ids from topic_id())."""
     logs: LogManager = field(init=False)
     replicas: ReplicaManager = field(init=False)
     coordinator: GroupCoordinator = field(init=False)
@@ -148,11 +155,16 @@ class CoordinatorEnv:
         self.coordinator = await self.new_coordinator()
         return self
 
+    def topic_view(self) -> dict[str, tuple[uuid.UUID, int]]:
+        return {name: (topic_id(name), count) for name, count in self.partition_counts.items()}
+
     def topic_exists(self, topic: str, partition: int) -> bool:
         return topic in self.topics and 0 <= partition < 8
 
     async def new_coordinator(self, wait: bool = True) -> GroupCoordinator:
-        coordinator = GroupCoordinator(self.replicas, self.config, self.clock, self.topic_exists)
+        coordinator = GroupCoordinator(
+            self.replicas, self.config, self.clock, self.topic_exists, self.topic_view
+        )
         self.coordinators.append(coordinator)
         coordinator.on_partitions_changed()
         if wait:

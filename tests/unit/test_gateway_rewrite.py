@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import enum
+import re
 import types
 import typing
 import uuid
@@ -34,6 +35,7 @@ from shoal.gateway.apis import (
     broker_configs,
     client_quotas,
     cluster,
+    consumer_groups,
     elections,
     groups,
     records,
@@ -2585,3 +2587,172 @@ async def test_init_producer_id_refuses_an_empty_transactional_id_as_the_brokers
     step = await transactions.init_producer_id(ctx, request)
     assert isinstance(step, Answer)
     assert step.response.error_code == ErrorCode.invalid_request
+
+
+# ConsumerGroupHeartbeat, ConsumerGroupDescribe (KIP-848)
+
+
+def heartbeat_request(api: ApiSchema, **values: Any) -> Any:
+    fields: dict[str, Any] = {
+        "group_id": "billing",
+        "member_id": "m-1",
+        "member_epoch": 0,
+        "rebalance_timeout": datetime.timedelta(seconds=30),
+        "subscribed_topic_names": ("orders",),
+        "topic_partitions": (),
+    }
+    fields.update(values)
+    return api.request(**fields)
+
+
+async def test_consumer_group_heartbeat_maps_the_group_and_the_subscribed_topics() -> None:
+    ctx = context(68, 1, bindings=read_only_bindings(TENANT, KEY))
+
+    step = await consumer_groups.consumer_group_heartbeat(ctx, heartbeat_request(ctx.api))
+
+    sent = broker_receives(ctx.api, step)
+    assert sent.group_id == "acme.billing"
+    assert sent.subscribed_topic_names == ("acme.orders",)
+    broker = ctx.api.response(
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode.unknown_member_id,
+        error_message="Member m-1 is not a member of group acme.billing.",
+        member_id=None,
+        member_epoch=0,
+        heartbeat_interval=NO_THROTTLE,
+        assignment=None,
+    )
+    answer = finished(ctx.api, step, broker)
+    assert answer.error_message == "Member m-1 is not a member of group billing."
+
+
+async def test_consumer_group_heartbeat_needs_read_on_the_group_and_describe_on_topics() -> None:
+    denied_group = context(68, 1, bindings=denying(GROUP, "billing", Operation.READ))
+    denied_topic = context(68, 1, bindings=denying(TOPIC, "secret", Operation.DESCRIBE))
+
+    group_step = await consumer_groups.consumer_group_heartbeat(
+        denied_group, heartbeat_request(denied_group.api)
+    )
+    topic_step = await consumer_groups.consumer_group_heartbeat(
+        denied_topic,
+        heartbeat_request(denied_topic.api, subscribed_topic_names=("orders", "secret")),
+    )
+
+    assert answered(denied_group.api, group_step).error_code == (
+        ErrorCode.group_authorization_failed
+    )
+    refused = answered(denied_topic.api, topic_step)
+    assert refused.error_code == ErrorCode.topic_authorization_failed
+    assert "secret" in (refused.error_message or "")
+
+
+async def test_a_regex_subscription_is_confined_to_the_tenants_topics() -> None:
+    ctx = context(68, 1)
+
+    step = await consumer_groups.consumer_group_heartbeat(
+        ctx, heartbeat_request(ctx.api, subscribed_topic_names=None, subscribed_topic_regex="o.*")
+    )
+    escape = await consumer_groups.consumer_group_heartbeat(
+        ctx,
+        heartbeat_request(ctx.api, subscribed_topic_names=None, subscribed_topic_regex="x)|(.*"),
+    )
+
+    regex = broker_receives(ctx.api, step).subscribed_topic_regex
+    assert regex == r"acme\.(?:o.*)"
+    assert re.fullmatch(regex, "acme.orders")
+    assert not re.fullmatch(regex, "globex.orders")
+    assert answered(ctx.api, escape).error_code == ErrorCode.invalid_regular_expression
+    assert consumer_groups.regex_outward(ctx.ns, regex) == "o.*"
+
+
+async def test_a_clients_anchor_is_dropped_so_that_the_tenants_prefix_can_match() -> None:
+    ctx = context(68, 1)
+
+    step = await consumer_groups.consumer_group_heartbeat(
+        ctx,
+        heartbeat_request(
+            ctx.api, subscribed_topic_names=None, subscribed_topic_regex="(^o.*)|(^p)|[^q]^"
+        ),
+    )
+
+    regex = broker_receives(ctx.api, step).subscribed_topic_regex
+    assert regex == r"acme\.(?:(o.*)|(p)|[^q]^)"  # as librdkafka wraps and joins them
+    assert re.fullmatch(regex, "acme.orders")
+
+
+def described_consumer_group(api: ApiSchema, group_id: str, topic: str) -> Any:
+    assignment = api.make(
+        "Assignment",
+        topic_partitions=(
+            api.make("TopicPartitions", topic_id=ORDERS_ID, topic_name=topic, partitions=(0, 1)),
+        ),
+    )
+    member = api.make(
+        "Member",
+        member_id="m-1",
+        instance_id=None,
+        rack_id=None,
+        member_epoch=3,
+        client_id="c",
+        client_host="/127.0.0.1",
+        subscribed_topic_names=(topic,),
+        subscribed_topic_regex=None,
+        assignment=assignment,
+        target_assignment=assignment,
+        member_type=1,
+    )
+    return api.make(
+        "DescribedGroup",
+        error_code=ErrorCode.none,
+        error_message=None,
+        group_id=group_id,
+        group_state="Stable",
+        group_epoch=3,
+        assignment_epoch=3,
+        assignor_name="uniform",
+        members=(member,),
+        authorized_operations=NOT_REQUESTED,
+    )
+
+
+async def test_consumer_group_describe_maps_groups_and_topics_outward() -> None:
+    ctx = context(69, 1, bindings=denying(GROUP, "audit", Operation.DESCRIBE))
+    api = ctx.api
+
+    step = await consumer_groups.consumer_group_describe(
+        ctx, api.request(group_ids=("billing", "audit"), include_authorized_operations=False)
+    )
+
+    assert broker_receives(api, step).group_ids == ("acme.billing",)
+    broker = api.response(
+        throttle_time=NO_THROTTLE,
+        groups=(
+            described_consumer_group(api, "acme.billing", "acme.orders"),
+            described_consumer_group(api, "globex.billing", "globex.orders"),
+        ),
+    )
+    found = by_name(finished(api, step, broker).groups, "group_id")
+    assert set(found) == {"billing", "audit"}
+    member = found["billing"].members[0]
+    assert member.subscribed_topic_names == ("orders",)
+    assert [t.topic_name for t in member.assignment.topic_partitions] == ["orders"]
+    assert found["audit"].error_code == ErrorCode.group_authorization_failed
+
+
+async def test_consumer_group_describe_refuses_a_group_assigned_a_topic_the_key_cannot_see() -> (
+    None
+):
+    ctx = context(69, 1, bindings=denying(TOPIC, "orders", Operation.DESCRIBE))
+    api = ctx.api
+
+    step = await consumer_groups.consumer_group_describe(
+        ctx, api.request(group_ids=("billing",), include_authorized_operations=False)
+    )
+    broker = api.response(
+        throttle_time=NO_THROTTLE,
+        groups=(described_consumer_group(api, "acme.billing", "acme.orders"),),
+    )
+
+    group = finished(api, step, broker).groups[0]
+    assert group.error_code == ErrorCode.topic_authorization_failed
+    assert group.members == ()
