@@ -20,13 +20,14 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, Final
 
 from shoal.operator import conditions
 from shoal.operator.builders import broker_template_hash, build_children, outdated_brokers
+from shoal.operator.builders.common import MANAGED_BY
 from shoal.operator.cluster_spec import ClusterSpec
 from shoal.operator.context import OperatorContext
-from shoal.operator.endpoints import ClusterEndpoints, broker_pod
+from shoal.operator.endpoints import ClusterEndpoints, broker_pod, node_reader_binding_name
 from shoal.operator.kafka_admin import ClusterAdmin, KafkaAdminError
 from shoal.operator.kube import KubeClient
 from shoal.operator.pods import pod_ready, restart_pod
@@ -34,6 +35,8 @@ from shoal.operator.rebalance import drain_brokers, spread_onto
 from shoal.operator.roller import Roller
 
 log = logging.getLogger(__name__)
+
+RBAC_API_VERSION: Final = "rbac.authorization.k8s.io/v1"
 
 Progress = Callable[[str, str], Awaitable[None]]
 """(reason, message) -> report work in progress in the Cluster's status."""
@@ -43,14 +46,68 @@ def broker_selector(cluster: str) -> str:
     return f"app.kubernetes.io/instance={cluster},app.kubernetes.io/component=broker"
 
 
+OWNED_KINDS: Final = (
+    ("apps/v1", "StatefulSet"),
+    ("apps/v1", "Deployment"),
+    ("v1", "Service"),
+    ("v1", "ConfigMap"),
+    ("v1", "ServiceAccount"),
+    ("policy/v1", "PodDisruptionBudget"),
+    ("networking.k8s.io/v1", "NetworkPolicy"),
+)
+"""Every namespaced kind the builders make: where :func:`prune_children` looks."""
+
+
 async def apply_children(
     kube: KubeClient, name: str, namespace: str, uid: str, spec: ClusterSpec, image: str
 ) -> list[dict[str, Any]]:
-    """Apply every child the builders make; returns the manifests."""
+    """Apply every child the builders make, then delete those they no longer make.
+
+    Returns the manifests. Server-side apply removes the fields of an object
+    the builders stopped setting; a whole object they stopped making (the
+    brokers' ServiceAccount and node-reader binding once ``rackLabel`` is
+    gone) is :func:`prune_children`'s to delete.
+    """
     children = build_children(name, namespace, uid, spec, image)
     for child in children:
         await kube.apply(child)
+    await prune_children(kube, name, namespace, uid, children)
     return children
+
+
+def _instance_selector(cluster: str) -> str:
+    return f"app.kubernetes.io/instance={cluster},app.kubernetes.io/managed-by={MANAGED_BY}"
+
+
+async def prune_children(
+    kube: KubeClient, name: str, namespace: str, uid: str, built: Sequence[Mapping[str, Any]]
+) -> list[str]:
+    """Delete the Cluster's children that are not in ``built``; returns ``Kind/name`` of each.
+
+    A child is the Cluster's when it carries the Cluster's instance label and
+    its owner reference (uid ``uid``): objects of another Cluster of the same
+    name (deleted and made again) or of someone else are left alone. The
+    node-reader ClusterRoleBinding cannot have an owner; it goes by its name,
+    which holds the namespace and the Cluster's name.
+    """
+    wanted = {(child["kind"], child["metadata"]["name"]) for child in built}
+    deleted = []
+    for api_version, kind in OWNED_KINDS:
+        for found in await kube.list(api_version, kind, namespace, _instance_selector(name)):
+            meta = found["metadata"]
+            owned = any(ref.get("uid") == uid for ref in meta.get("ownerReferences") or [])
+            if owned and (kind, meta["name"]) not in wanted:
+                await kube.delete(api_version, kind, namespace, meta["name"])
+                deleted.append(f"{kind}/{meta['name']}")
+    binding = node_reader_binding_name(namespace, name)
+    if ("ClusterRoleBinding", binding) not in wanted and await kube.get(
+        RBAC_API_VERSION, "ClusterRoleBinding", None, binding
+    ):
+        await kube.delete(RBAC_API_VERSION, "ClusterRoleBinding", None, binding)
+        deleted.append(f"ClusterRoleBinding/{binding}")
+    for child in deleted:
+        log.info("event=child_pruned namespace=%s cluster=%s child=%s", namespace, name, child)
+    return deleted
 
 
 async def delete_unowned_children(

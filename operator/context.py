@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 from typing import Final
 
 import kopf
@@ -19,6 +20,7 @@ from shoal.operator.endpoints import EndpointResolver, in_cluster_endpoints
 from shoal.operator.kube import KubeClient
 
 MEMO_KEY: Final = "shoal"
+ENV_PREFIX: Final = "SHOAL_OPERATOR_"
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,26 @@ class Intervals:
     pod_poll_s: float = 1
     reassignment_timeout_s: float = 600
     """How long a scale-up or scale-down waits for partitions to move (then retries)."""
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str]) -> Intervals:
+        """The defaults, each replaced by ``SHOAL_OPERATOR_<FIELD>`` when set.
+
+        E.g. ``SHOAL_OPERATOR_CLUSTER_STATUS_S=2``: tests and development
+        clusters want answers in seconds, not in the minutes that suit
+        production.
+        """
+        given = {}
+        for item in fields(cls):
+            value = environ.get(f"{ENV_PREFIX}{item.name.upper()}")
+            if value is not None:
+                try:
+                    given[item.name] = float(value)
+                except ValueError:
+                    raise ValueError(
+                        f"{ENV_PREFIX}{item.name.upper()} must be a number of seconds: {value!r}"
+                    ) from None
+        return cls(**given)
 
 
 class OperatorMetrics:

@@ -15,8 +15,11 @@ their own resolver instead (see :data:`EndpointResolver`).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
 
 BROKER_PORT = 19092
 """Brokers' internal listener (no authentication: NetworkPolicies keep it private)."""
@@ -105,3 +108,47 @@ def in_cluster_endpoints(namespace: str, cluster: str, brokers: int) -> ClusterE
         gateway_bootstrap=f"{gateway_host}:{GATEWAY_KAFKA_PORT}",
         gateway_http=f"http://{gateway_host}:{GATEWAY_HTTP_PORT}",
     )
+
+
+class EndpointsFileError(Exception):
+    """The endpoints file (:func:`endpoints_file`) is missing or not JSON."""
+
+
+ANY_CLUSTER: Final = "*"
+"""The key of an endpoints file's entry for every Cluster it does not name."""
+
+
+def endpoints_file(path: Path) -> EndpointResolver:
+    """A resolver for an operator running outside the Kubernetes cluster (development, tests).
+
+    Service DNS names do not resolve outside the cluster, so such an operator
+    reads where each Cluster's brokers, etcd and gateway are from a JSON file::
+
+        {"streaming/demo": {"etcd_url": "http://127.0.0.1:2379/shoal",
+                            "brokers_bootstrap": "127.0.0.1:19092",
+                            "gateway_bootstrap": "127.0.0.1:9092",
+                            "gateway_http": "http://127.0.0.1:8080"},
+         "*": {...}}
+
+    keyed ``<namespace>/<cluster>``, with ``*`` for every Cluster not named;
+    a Cluster in neither gets :func:`in_cluster_endpoints`. The file is read
+    at each resolution, so entries may be added while the operator runs.
+    """
+
+    def resolve(namespace: str, cluster: str, brokers: int) -> ClusterEndpoints:
+        try:
+            entries = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            # Not a ValueError: handlers read those as invalid specs. kopf retries this.
+            raise EndpointsFileError(f"cannot read the endpoints file {path}: {exc}") from exc
+        entry = entries.get(f"{namespace}/{cluster}") or entries.get(ANY_CLUSTER)
+        if entry is None:
+            return in_cluster_endpoints(namespace, cluster, brokers)
+        return ClusterEndpoints(
+            etcd_url=str(entry["etcd_url"]),
+            brokers_bootstrap=str(entry["brokers_bootstrap"]),
+            gateway_bootstrap=str(entry["gateway_bootstrap"]),
+            gateway_http=str(entry["gateway_http"]),
+        )
+
+    return resolve

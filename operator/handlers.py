@@ -61,6 +61,8 @@ from shoal.tenancy.store import TenancyStore, TenancyStoreError
 log = logging.getLogger(__name__)
 
 API_VERSION: Final = f"{GROUP}/{VERSION}"
+TIMER_EXIT_POLL_S: Final = 2.0
+"""How often kopf looks whether a deleted object's timer has finished (its default: 60 s)."""
 
 
 class ClusterMissing(Exception):  # noqa: N818 (reads as the state it reports)
@@ -144,6 +146,9 @@ async def _counted(ctx: OperatorContext, kind: str, work: Awaitable[None]) -> No
         await work
     except kopf.TemporaryError:
         ctx.metrics.reconciles.labels(kind, "retry").inc()
+        raise
+    except KubeError as exc:
+        ctx.metrics.reconciles.labels(kind, "retry" if exc.transient else "failed").inc()
         raise
     except Exception:
         ctx.metrics.reconciles.labels(kind, "failed").inc()
@@ -463,7 +468,14 @@ async def _alone(
     ctx = context_of(memo)
     namespaced = _namespaced(namespace)
     async with ctx.lock(kind, namespaced, name):
-        yield ctx, namespaced
+        try:
+            yield ctx, namespaced
+        except KubeError as exc:
+            if not exc.transient:
+                raise
+            # The API server restarting, a conflict: soon, not after kopf's
+            # default minute for unexpected errors.
+            raise kopf.TemporaryError(str(exc), delay=ctx.intervals.retry_s) from exc
 
 
 def build_registry(intervals: Intervals) -> kopf.OperatorRegistry:
@@ -610,12 +622,33 @@ def build_registry(intervals: Intervals) -> kopf.OperatorRegistry:
     return registry
 
 
-def operator_settings(namespaced: bool) -> kopf.OperatorSettings:
-    """kopf's settings for Shoal: progress in annotations, one operator replica.
+@dataclass(frozen=True, slots=True)
+class Peering:
+    """Several operator replicas, one active: kopf's peering.
+
+    Every replica writes itself (identity, priority, lifetime) into the
+    peering object ``name`` (a ``ClusterKopfPeering`` when the operator
+    watches every namespace, a ``KopfPeering`` in each watched namespace
+    otherwise) and keeps it fresh. The replica with the highest priority
+    handles events; the others watch and wait. When it stops writing (killed,
+    its node gone), its record expires after ``lifetime_s`` and the next one
+    takes over, resuming each object from the progress kept in its
+    annotations. Priorities must differ: kopf pauses every replica while two
+    share the highest one.
+    """
+
+    name: str
+    priority: int
+    lifetime_s: int = 60
+
+
+def operator_settings(namespaced: bool, peering: Peering | None = None) -> kopf.OperatorSettings:
+    """kopf's settings for Shoal: progress in annotations; one replica, or peering.
 
     kopf's default also keeps progress in ``status.kopf``, which our CRDs'
-    structural schemas would prune; annotations are kept as written. One
-    replica serves (the Deployment has one), so no peering resources are needed.
+    structural schemas would prune; annotations are kept as written. Without
+    ``peering`` the operator is standalone (one replica serves, and the
+    Deployment has one); with it, see :class:`Peering`.
     ``namespaced``: the operator serves a given list of namespaces; it then has
     Roles there and no right to list namespaces, so kopf takes the list as it
     is instead of scanning the cluster for it.
@@ -625,7 +658,20 @@ def operator_settings(namespaced: bool) -> kopf.OperatorSettings:
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=GROUP, key="last-handled-configuration"
     )
-    settings.peering.standalone = True
+    if peering is None:
+        settings.peering.standalone = True
+    else:
+        settings.peering.standalone = False
+        # Without its peering object a replica must not serve: it would not
+        # know of the others.
+        settings.peering.mandatory = True
+        settings.peering.name = peering.name
+        settings.peering.priority = peering.priority
+        settings.peering.lifetime = peering.lifetime_s
+    # A Cluster deleted while its health timer runs keeps kopf's finalizer
+    # until kopf sees the timer finished; kopf looks every minute by default,
+    # so `kubectl delete cluster` took a minute longer (make test-kube).
+    settings.background.cancellation_polling = TIMER_EXIT_POLL_S
     settings.posting.level = logging.WARNING
     settings.scanning.disabled = namespaced
     return settings

@@ -99,10 +99,18 @@ CUSTOM_KINDS: Final[Mapping[str, type[GenericNamespacedResource]]] = {
 _CONFLICT_MANAGER = re.compile(r'conflict with "([^"]*)"')
 
 
-class KubeError(Exception):
-    """The API server refused a request; ``status`` is its HTTP status.
+UNREACHABLE: Final = 503
+"""The status a :class:`KubeError` carries when no answer came (connection refused, reset)."""
+TRANSIENT_STATUSES: Final = frozenset({409, 429, 500, 502, 503, 504})
+"""Answers that a later attempt may not get: conflicts, throttling, a server (re)starting."""
 
-    ``body`` is the server's Status object (empty when it sent none).
+
+class KubeError(Exception):
+    """The API server refused a request, or could not be reached; ``status`` is the HTTP status.
+
+    ``body`` is the server's Status object (empty when it sent none). A
+    request that got no answer at all (the API server restarting) has status
+    :data:`UNREACHABLE`.
     """
 
     def __init__(self, status: int, message: str, body: Mapping[str, Any] | None = None) -> None:
@@ -110,6 +118,11 @@ class KubeError(Exception):
         self.status = status
         self.message = message
         self.body: Mapping[str, Any] = body or {}
+
+    @property
+    def transient(self) -> bool:
+        """Worth retrying soon: see :data:`TRANSIENT_STATUSES`."""
+        return self.status in TRANSIENT_STATUSES
 
 
 class _Decoded(Protocol):
@@ -197,6 +210,9 @@ def _api_errors() -> Iterator[None]:
             body = {}
         message = str(body.get("message") or response.reason_phrase)
         raise KubeError(response.status_code, message, body) from exc
+    except httpx2.TransportError as exc:
+        # No answer: refused, reset or timed out (an API server restarting).
+        raise KubeError(UNREACHABLE, f"no answer from the API server: {exc!r}") from exc
 
 
 def _conflicts(error: KubeError) -> str:

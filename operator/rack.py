@@ -3,7 +3,8 @@
 The downward API gives a pod its node's name but not the node's labels, so
 the brokers' init container (``shoal rack-of-node``) reads the Node from the
 Kubernetes API with the pod's service account token and writes the label's
-value to a file the broker reads as ``SHOAL_RACK``. The brokers' service
+value to a file the broker reads as ``SHOAL_RACK``. The request goes through
+lightkube, the client the operator uses (:mod:`shoal.operator.kube`). The brokers' service
 account may ``get nodes`` through the Helm chart's ClusterRole
 ``shoal-broker-node-reader``.
 """
@@ -11,14 +12,15 @@ account may ``get nodes`` through the Helm chart's ClusterRole
 from __future__ import annotations
 
 import os
-import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
-from urllib.parse import quote
 
-import aiohttp
+import httpx2
+from lightkube import AsyncClient, KubeConfig
+from lightkube.config.models import Cluster, User
+from lightkube.resources.core_v1 import Node
 
 SERVICE_ACCOUNT_DIR: Final = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 REQUEST_TIMEOUT_S: Final = 10.0
@@ -63,27 +65,28 @@ class InClusterApi:
         ca_file = account_dir / "ca.crt"
         return cls(server.rstrip("/"), token, ca_file if ca_file.exists() else None)
 
-    def ssl_context(self) -> ssl.SSLContext | None:
-        return ssl.create_default_context(cafile=self.ca_file) if self.ca_file else None
-
 
 async def read_node(api: InClusterApi, name: str) -> dict[str, Any]:
-    url = f"{api.server}/api/v1/nodes/{quote(name, safe='')}"
-    headers = {"Authorization": f"Bearer {api.token}", "Accept": "application/json"}
-    timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)
+    """The Node ``name``, read with lightkube (the operator's client) as the pod's account."""
+    config = KubeConfig.from_one(
+        cluster=Cluster(
+            server=api.server, certificate_auth=str(api.ca_file) if api.ca_file else None
+        ),
+        user=User(token=api.token),
+    )
+    client = AsyncClient(config, timeout=httpx2.Timeout(REQUEST_TIMEOUT_S), trust_env=False)
     try:
-        async with (
-            aiohttp.ClientSession(timeout=timeout) as session,
-            session.get(url, headers=headers, ssl=api.ssl_context() or True) as response,
-        ):
-            if response.status != 200:
-                raise RackError(
-                    f"GET node {name!r}: HTTP {response.status}: {(await response.text())[:200]}"
-                )
-            node: dict[str, Any] = await response.json()
-            return node
-    except (aiohttp.ClientError, TimeoutError) as exc:
-        raise RackError(f"GET node {name!r} from {api.server}: {exc}") from exc
+        node = await client.get(Node, name)
+    except httpx2.HTTPStatusError as exc:
+        response = exc.response
+        raise RackError(
+            f"GET node {name!r}: HTTP {response.status_code}: {response.text[:200]}"
+        ) from exc
+    except httpx2.TransportError as exc:
+        raise RackError(f"GET node {name!r} from {api.server}: {exc!r}") from exc
+    finally:
+        await client.close()
+    return node.to_dict()
 
 
 async def rack_of_node(api: InClusterApi, node: str, label: str) -> str:

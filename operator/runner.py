@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import kopf
 from shoal.operator.context import MEMO_KEY, OperatorContext
-from shoal.operator.handlers import build_registry, operator_settings
+from shoal.operator.handlers import Peering, build_registry, operator_settings
 
 from shoal.metrics import serve_metrics
 
@@ -29,18 +29,21 @@ async def run_operator(
     liveness_endpoint: str | None = None,
     ready: Flag | None = None,
     metrics: tuple[str, int] | None = None,
+    peering: Peering | None = None,
 ) -> None:
     """Serve Clusters, Topics and Tenants in ``namespaces`` (all when empty) until ``stop``.
 
     ``liveness_endpoint`` (e.g. ``http://0.0.0.0:8081/healthz``) is kopf's
     probe; ``ready`` is set once kopf has started watching; ``metrics`` is
-    where to serve Prometheus metrics, if anywhere.
+    where to serve Prometheus metrics, if anywhere; ``peering``: one of
+    several replicas (see :class:`~shoal.operator.handlers.Peering`), else
+    the only one.
     """
     memo = kopf.Memo()
     memo[MEMO_KEY] = ctx
     server = await serve_metrics(ctx.metrics.registry, *metrics) if metrics else None
     try:
-        await _run_kopf(ctx, memo, stop, namespaces, liveness_endpoint, ready)
+        await _run_kopf(ctx, memo, stop, namespaces, liveness_endpoint, ready, peering)
     except asyncio.CancelledError:
         # kopf ends a stop-flag shutdown by cancelling its own tasks and lets
         # the cancellation out: after a requested stop, that is a clean exit.
@@ -59,15 +62,16 @@ async def _run_kopf(
     namespaces: Sequence[str],
     liveness_endpoint: str | None,
     ready: Flag | None,
+    peering: Peering | None,
 ) -> None:
     await kopf.operator(
         registry=build_registry(ctx.intervals),
-        settings=operator_settings(namespaced=bool(namespaces)),
+        settings=operator_settings(namespaced=bool(namespaces), peering=peering),
         memo=memo,
         clusterwide=not namespaces,
         namespaces=list(namespaces),
         liveness_endpoint=liveness_endpoint,
-        standalone=True,
+        standalone=peering is None,
         stop_flag=stop,
         ready_flag=ready,
     )

@@ -41,6 +41,8 @@ from shoal.operator.rack import SERVICE_ACCOUNT_DIR
 
 COMPONENT: Final = "broker"
 TEMPLATE_HASH: Final = "shoal.dev/template-hash"
+DEFAULT_SERVICE_ACCOUNT: Final = "default"
+"""The namespace's own account, which brokers without a rack label run as."""
 POD_INDEX_LABEL: Final = "apps.kubernetes.io/pod-index"
 DATA_VOLUME: Final = "data"
 DATA_MOUNT: Final = "/var/lib/shoal"
@@ -271,7 +273,13 @@ def _pod_template(owner: Owner, spec: ClusterSpec, default_image: str) -> dict[s
         "containers": [_broker_container(owner, spec, image)],
         "volumes": [tmp_volume()],
     }
-    if spec.rack_label is not None:
+    if spec.rack_label is None:
+        # Named even when it is the default: the API server copies
+        # serviceAccountName into the deprecated serviceAccount field and back,
+        # so a name the apply stops sending would live on through that copy
+        # (and pods would ask for the removed rack ServiceAccount).
+        pod["serviceAccountName"] = DEFAULT_SERVICE_ACCOUNT
+    else:
         pod["serviceAccountName"] = endpoints.broker_name(owner.name)
         pod["initContainers"] = [_rack_init_container(spec.rack_label, spec, image)]
         pod["volumes"] += [{"name": RACK_VOLUME, "emptyDir": {}}, _api_access_volume()]

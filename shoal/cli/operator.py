@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import secrets
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -13,6 +15,8 @@ from shoal.host_port import split_host_port
 from shoal.logs import configure_logging
 
 DEFAULT_IMAGE = "ghcr.io/shoal-dev/shoal:latest"
+PRIORITY_RANGE = 1_000_000
+"""A replica's random peering priority is below this: two replicas rarely draw the same."""
 
 
 def _namespaces(given: list[str] | None) -> list[str]:
@@ -49,6 +53,40 @@ def operator(
             help="Image of a Cluster's pods when its spec names none (the operator's own).",
         ),
     ] = DEFAULT_IMAGE,
+    endpoints_file: Annotated[
+        Path | None,
+        typer.Option(
+            envvar="SHOAL_OPERATOR_ENDPOINTS_FILE",
+            help="JSON file of where Clusters' brokers, etcd and gateway are, for an operator "
+            "outside the Kubernetes cluster (see shoal.operator.endpoints.endpoints_file); "
+            "unset: the in-cluster Service names.",
+        ),
+    ] = None,
+    peering: Annotated[
+        str | None,
+        typer.Option(
+            envvar="SHOAL_OPERATOR_PEERING",
+            help="Run as one of several replicas, one active, through kopf's peering object of "
+            "this name (a ClusterKopfPeering, or a KopfPeering per watched namespace); unset: "
+            "the only replica.",
+        ),
+    ] = None,
+    peering_priority: Annotated[
+        int | None,
+        typer.Option(
+            envvar="SHOAL_OPERATOR_PEERING_PRIORITY",
+            help="This replica's priority in the peering (the highest live one is active); "
+            "unset: a random one, so replicas differ.",
+        ),
+    ] = None,
+    peering_lifetime: Annotated[
+        int,
+        typer.Option(
+            envvar="SHOAL_OPERATOR_PEERING_LIFETIME_S",
+            help="Seconds after its last sign of life before a replica counts as gone "
+            "and another takes over.",
+        ),
+    ] = 60,
     log_level: Annotated[
         str, typer.Option(envvar="SHOAL_LOG_LEVEL", help="DEBUG, INFO, WARNING or ERROR.")
     ] = "INFO",
@@ -59,12 +97,24 @@ def operator(
     """Run the operator: Cluster, Topic and Tenant resources made real (see docs/kubernetes.md)."""
     # Imported here, not at the top: every `shoal` command loads this module for its
     # help, and the operator's (kopf, Kubernetes clients) take seconds to import.
-    from shoal.operator.context import OperatorContext  # noqa: PLC0415
+    from shoal.operator.context import Intervals, OperatorContext  # noqa: PLC0415
+    from shoal.operator.endpoints import endpoints_file as read_endpoints  # noqa: PLC0415
+    from shoal.operator.endpoints import in_cluster_endpoints  # noqa: PLC0415
+    from shoal.operator.handlers import Peering  # noqa: PLC0415
     from shoal.operator.runner import run_operator  # noqa: PLC0415
 
     configure_logging(log_level, log_format)
     metrics = split_host_port(metrics_listen) if metrics_listen else None
-    ctx = OperatorContext(default_image=image)
+    ctx = OperatorContext(
+        default_image=image,
+        resolver=read_endpoints(endpoints_file) if endpoints_file else in_cluster_endpoints,
+        intervals=Intervals.from_environment(os.environ),
+    )
+
+    replica = None
+    if peering:
+        drawn = secrets.randbelow(PRIORITY_RANGE) if peering_priority is None else peering_priority
+        replica = Peering(peering, drawn, peering_lifetime)
 
     async def program(stop: asyncio.Event) -> None:
         await run_operator(
@@ -73,6 +123,7 @@ def operator(
             namespaces=_namespaces(namespace),
             liveness_endpoint=f"http://0.0.0.0:{liveness_port}/healthz",
             metrics=metrics,
+            peering=replica,
         )
 
     run_until_signalled(program)

@@ -335,6 +335,9 @@ class ControlPlane:
     start_seconds: float = 0.0
     components: list[Component] = field(default_factory=list)
     _etcd: EtcdServer | None = None
+    _apiserver: Component | None = None
+    _apiserver_is_ready: Callable[[], bool] | None = None
+    _healthz_ports: list[int] = field(default_factory=list)
 
     @property
     def kubectl_path(self) -> Path:
@@ -472,9 +475,9 @@ class ControlPlane:
             logs,
         )
         apiserver.start()
-        _wait(
-            "kube-apiserver /readyz", self._apiserver_ready(ca, admin), [apiserver], START_TIMEOUT_S
-        )
+        self._apiserver = apiserver
+        self._apiserver_is_ready = self._apiserver_ready(ca, admin)
+        _wait("kube-apiserver /readyz", self._apiserver_is_ready, [apiserver], START_TIMEOUT_S)
 
         controller_manager_port = free_port()
         scheduler_port = free_port()
@@ -497,6 +500,13 @@ class ControlPlane:
                 f"--secure-port={controller_manager_port}",
                 # One of each: no lease to wait for at start.
                 "--leader-elect=false",
+                # KWOK renews its nodes' leases like a kubelet; on a loaded
+                # machine (two cores shared with other test runs) a renewal
+                # came later than the default 40 s, the node lifecycle
+                # controller marked the nodes and every pod on them NotReady,
+                # and KWOK, whose stages make only new pods Ready, left them
+                # so. Fake nodes cannot fail: never judge them.
+                "--node-monitor-grace-period=1h",
                 "--profiling=false",
             ],
             logs,
@@ -531,13 +541,16 @@ class ControlPlane:
             component.start()
 
         self._create_nodes()
-        everything = [apiserver, controller_manager, scheduler, kwok]
+        self._healthz_ports = [controller_manager_port, scheduler_port]
+        self._wait_components_ready()
+
+    def _wait_components_ready(self) -> None:
+        """The controller manager and scheduler serve /healthz; the KWOK nodes are Ready;
+        the controllers run and are authorized."""
+        everything = self.components
         _wait(
             "kube-controller-manager and kube-scheduler /healthz",
-            lambda: all(
-                _https_ok(f"https://127.0.0.1:{p}/healthz")
-                for p in (controller_manager_port, scheduler_port)
-            ),
+            lambda: all(_https_ok(f"https://127.0.0.1:{p}/healthz") for p in self._healthz_ports),
             everything,
             START_TIMEOUT_S,
         )
@@ -552,6 +565,34 @@ class ControlPlane:
             everything,
             START_TIMEOUT_S,
         )
+
+    def restart_apiserver(self, down_s: float = 2.0) -> float:
+        """Stops the API server (SIGTERM), waits ``down_s``, starts it again with the
+        same flags, port, certificates and etcd, and waits for ``/readyz``.
+
+        What a control-plane upgrade or a crash does to every client: watches
+        end, requests fail until it is back. Returns the seconds it was away.
+
+        The controller manager, the scheduler and KWOK restart with it, as in
+        a control-plane upgrade: left running, the node lifecycle controller
+        once marked the KWOK nodes and their pods NotReady a minute after the
+        restart, and KWOK, whose stages make only new pods Ready, left them so.
+        """
+        apiserver, ready = self._apiserver, self._apiserver_is_ready
+        assert apiserver is not None and ready is not None, "the control plane is not started"
+        others = [c for c in self.components if c is not apiserver]
+        stopped = time.monotonic()
+        for component in reversed(others):
+            component.stop()
+        apiserver.stop()
+        time.sleep(down_s)
+        apiserver.start()
+        _wait("kube-apiserver /readyz after a restart", ready, [apiserver], START_TIMEOUT_S)
+        away = time.monotonic() - stopped
+        for component in others:
+            component.start()
+        self._wait_components_ready()
+        return away
 
     def _component(self, name: str, args: list[str], logs: Path) -> Component:
         component = Component(name, [str(self.bin_dir / name), *args], logs / f"{name}.log")

@@ -5,8 +5,9 @@ A Cluster's children, as the operator's builders make them and
 the way kopf logs in (the admin kubeconfig). Then the Cluster changes (no
 rack label, no broker setting) and its children are applied again: what the
 builders no longer make must be gone from the server (a JSON merge patch
-left it there), what another manager set must stay, and a field another
-manager changed must be taken back, and logged.
+left it there; whole objects they no longer make are pruned), what another
+manager set must stay, and a field another manager changed must be taken
+back, and logged.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import pytest
 from control_plane import ControlPlane
 from shoal.operator.cluster_reconcile import apply_children, delete_unowned_children
 from shoal.operator.cluster_spec import ClusterSpec
-from shoal.operator.endpoints import broker_name, config_name
+from shoal.operator.endpoints import broker_name, config_name, node_reader_binding_name
 from shoal.operator.kube import FIELD_MANAGER, KubeClient
 
 NAME = "apply"
@@ -103,6 +104,13 @@ async def test_a_reapply_removes_what_the_builders_no_longer_make_and_keeps_othe
         assert pod["containers"][0]["command"] == ["shoal", "broker"]
         settings = kube.get_json("configmap", "-n", namespace, config_name(NAME))["data"]
         assert "SHOAL_REPLICA_LAG_TIME_MAX_MS" not in settings
+        # Whole objects the builders stopped making (only with a rack label) are pruned.
+        for gone in (
+            ("serviceaccount", broker_name(NAME), "-n", namespace),
+            ("clusterrolebinding", node_reader_binding_name(namespace, NAME)),
+        ):
+            assert kube.kubectl("get", *gone, check=False).returncode != 0, gone
+        assert pod["serviceAccountName"] == "default"
 
         assert sts["metadata"]["labels"]["team"] == "streaming"
         managers = _managers(sts)

@@ -20,7 +20,8 @@ watches every namespace, a Role in each namespace of watchNamespaces.
   resources: [clusters/status, topics/status, tenants/status]
   verbs: [get, patch, update]
 # A Cluster's etcd and broker StatefulSets and its gateway Deployment, applied
-# with merge-patch (create when missing) and removed when no longer wanted.
+# with server-side apply (field manager shoal-operator) and deleted when the
+# operator no longer builds them.
 - apiGroups: [apps]
   resources: [statefulsets, deployments]
   verbs: [get, list, watch, create, patch, delete]
