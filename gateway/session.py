@@ -8,8 +8,8 @@ Phases:
    and OAUTHBEARER take one SaslAuthenticate, SCRAM two (the first answered
    with the server-first challenge, :mod:`shoal.gateway.scram`). Wrong or
    revoked credentials, a refused token, or a malformed exchange get
-   SASL_AUTHENTICATION_FAILED with a message saying why, after the same
-   delay whatever the mechanism, and the connection is closed. A client that has not
+   SASL_AUTHENTICATION_FAILED with a message saying why, and the connection
+   is closed after the same delay whatever the mechanism. A client that has not
    authenticated within ``authentication_timeout_ms`` is disconnected.
 2. **Serving.** Requests are handled strictly in order. Each is decoded,
    checked and rewritten (:mod:`shoal.gateway.apis`), then either answered
@@ -402,7 +402,9 @@ class ClientSession:
         return timedelta(seconds=remaining)
 
     async def _refuse(self, header: RequestHeader, api: ApiSchema, reason: str) -> None:
-        await asyncio.sleep(_FAILED_AUTH_DELAY_S)
+        # As Kafka: the answer at once, the close after the delay. A close right behind
+        # the answer reaches some clients with it (kafka-python then reports a broken
+        # socket instead of error 58).
         await self._answer(
             header,
             api,
@@ -413,6 +415,7 @@ class ClientSession:
                 session_lifetime=timedelta(0),
             ),
         )
+        await asyncio.sleep(_FAILED_AUTH_DELAY_S)
 
     async def _send_bare(self, data: bytes) -> None:
         """A SASL token in a bare frame, as SaslHandshake v0 exchanges them."""
