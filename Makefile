@@ -206,6 +206,7 @@ bench: $(VENV)/.installed-bench java kafka
 bench-detail: $(VENV)/.installed-bench java spark-kafka
 	$(BIN)/python -m shoal.benchmarks.produce_consume
 	$(BIN)/python -m shoal.benchmarks.group_consume
+	$(BIN)/python -m shoal.benchmarks.group_rebalance
 	$(BIN)/python -m shoal.benchmarks.replicated
 	$(BIN)/python -m shoal.benchmarks.gateway
 	$(BIN)/python -m shoal.benchmarks.spark_read
