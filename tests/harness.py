@@ -80,6 +80,18 @@ def wait_until(predicate, timeout: float, what: str, interval: float = 0.05):  #
     raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
 
 
+def etcd_healthy(url: str) -> bool:
+    """Whether the etcd at ``url`` answers its /health as healthy."""
+    import json
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"{url}/health", timeout=1) as response:
+            return bool(json.loads(response.read()).get("health") == "true")
+    except OSError:
+        return False
+
+
 class EtcdServer:
     """One etcd for the whole test session; clusters use their own chroot in it."""
 
@@ -105,17 +117,10 @@ class EtcdServer:
         wait_until(self._healthy, 30, "etcd to become healthy")
 
     def _healthy(self) -> bool:
-        import json
-        import urllib.request
-
         assert self.process is not None
         if self.process.poll() is not None:
             raise RuntimeError(f"etcd exited: {self.log_path.read_text()[-2000:]}")
-        try:
-            with urllib.request.urlopen(f"{self.url}/health", timeout=1) as response:
-                return bool(json.loads(response.read()).get("health") == "true")
-        except OSError:
-            return False
+        return etcd_healthy(self.url)
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:

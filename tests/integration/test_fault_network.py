@@ -20,7 +20,6 @@ import os
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,7 +29,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 from faults import Fault, FaultInjector, fault_seed, schedule
 from gateway_env import GatewayProcess
-from harness import BrokerProcess, start_all, wait_until
+from harness import BrokerProcess, etcd_healthy, start_all, wait_until
 from netns import Network, Node, call_in, namespaces_available
 
 from shoal.etcd_process import etcd_binary
@@ -74,14 +73,7 @@ class NamespacedEtcd:
         self.directory.mkdir(parents=True, exist_ok=True)
         with open(self.directory / "etcd.log", "ab") as log:
             self.process = subprocess.Popen(self.node.command(command), stdout=log, stderr=log)
-        wait_until(lambda: call_in(self.node, self._healthy), 30, "etcd to become healthy")
-
-    def _healthy(self) -> bool:
-        try:
-            with urllib.request.urlopen(f"{self.url}/health", timeout=1) as response:
-                return bool(json.loads(response.read()).get("health") == "true")
-        except OSError:
-            return False
+        wait_until(lambda: call_in(self.node, etcd_healthy, self.url), 30, "etcd healthy")
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
