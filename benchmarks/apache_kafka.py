@@ -225,8 +225,16 @@ def _port_free(port: int) -> bool:
 
 
 def new_cluster_id() -> str:
-    """What ``kafka-storage random-uuid`` prints: a UUID in URL-safe base64, unpadded."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """What ``kafka-storage random-uuid`` prints: a UUID in URL-safe base64, unpadded.
+
+    Like Kafka's ``Uuid.randomUuid`` it never starts with ``-``: the storage
+    tool's argument parser would read such an id as an option (one start in
+    64 failed that way).
+    """
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 # A few requests of Kafka's wire protocol, enough to see that a node answers
