@@ -246,11 +246,12 @@ def test_librdkafka_with_a_wrong_scram_password_gets_an_authentication_error(
 def test_kafka_python_with_a_wrong_scram_password_gets_sasl_authentication_failed(
     key: TenantKey, mechanism: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # kafka-python 3 retries a failed bootstrap until max_block_ms, then gives up
-    # with a timeout; what it met on each attempt is Kafka's error 58 and our reason.
+    # kafka-python 3 retries a failed bootstrap until bootstrap_timeout_ms (30 s
+    # unless told), then gives up with a timeout; what it met on each attempt is
+    # Kafka's error 58 and our reason.
     settings = {**key.python_client(mechanism=mechanism), "sasl_plain_password": "wrong"}
     with pytest.raises(KafkaTimeoutError):
-        KafkaProducer(**settings, max_block_ms=3000).close()
+        KafkaProducer(**settings, bootstrap_timeout_ms=3000).close()
     assert re.search(
         r"\[Error 58\] SaslAuthenticationFailedError.*invalid API key or secret", caplog.text
     ), caplog.text[-3000:]
