@@ -180,6 +180,10 @@ class ApiKey:
     scram: tuple[ScramCredential, ...] = ()
     """SCRAM-SHA-256/512 credentials, made with the key (:mod:`shoal.tenancy.scram`);
     empty for a key minted before SCRAM sign-in existed."""
+    certificate_subject: str | None = None
+    """Clients presenting a certificate with this subject (canonical RFC 4514,
+    :mod:`shoal.tenancy.certificates`) on the gateway's mutual-TLS listener sign in as
+    this key. At most one live key holds a subject (the store enforces it)."""
 
     @property
     def revoked(self) -> bool:

@@ -5,6 +5,7 @@ Key layout::
     <root>/tenancy/tenants/<tenant>             Tenant JSON (quotas included)
     <root>/tenancy/keys/<key id>                ApiKey JSON (hash only)
     <root>/tenancy/acls/<tenant>/<binding id>   AclBinding JSON
+    <root>/tenancy/subjects/<subject hash>      id of the key a certificate subject names
 
 A binding's id is a hash of its contents, so adding the same binding twice
 stores it once. A binding a tenant made with Kafka's CreateAcls carries
@@ -12,6 +13,13 @@ stores it once. A binding a tenant made with Kafka's CreateAcls carries
 beside a declared twin rather than over it (docs/acls.md). Creating a tenant
 is create-if-absent; deleting one removes its keys and bindings in the same
 transaction.
+
+A certificate subject (mutual TLS) signs in as one key only, whatever the
+tenant: claiming one writes its ``subjects/`` entry in the same transaction as
+the key, on condition that the entry is unchanged since it was read, and an
+entry may be taken over only when the key it names is gone, revoked or no
+longer holds the subject. Entries are never cleaned up otherwise: a stale one
+grants nothing, since the gateway maps subjects from the keys themselves.
 """
 
 from __future__ import annotations
@@ -170,20 +178,76 @@ class TenancyStore:
         """Store a new key and its bindings, if its tenant exists: whoever sees the key
         sees all its bindings. Bindings beyond one transaction's room go first (a
         binding for a key that does not exist yet grants nothing)."""
-        room = MAX_TXN_OPS - 1
+        room = MAX_TXN_OPS - 1 - (key.certificate_subject is not None)
         await self.add_bindings(key.tenant, bindings[room:])
+        compares, puts = await self._claim_subject(key)
         t = self._client.transactions
         tenant_key = self._key("tenants", key.tenant)
-        ops = [t.put(self._key("keys", key.key_id), key.to_json())]
+        ops = [t.put(self._key("keys", key.key_id), key.to_json()), *puts]
         ops += [
             t.put(self._key("acls", b.tenant, binding_id(b)), json.dumps(b.to_dict()).encode())
             for b in bindings[:room]
         ]
         ok, _ = await self._call(
-            self._client.transaction(compare=[t.version(tenant_key) > 0], success=ops, failure=[])
+            self._client.transaction(
+                compare=[t.version(tenant_key) > 0, *compares], success=ops, failure=[]
+            )
         )
         if not ok:
-            raise TenancyError(f"tenant {key.tenant!r} does not exist")
+            if await self.get_tenant(key.tenant) is None:
+                raise TenancyError(f"tenant {key.tenant!r} does not exist")
+            raise TenancyError(
+                f"certificate subject {key.certificate_subject!r} was claimed meanwhile"
+            )
+
+    async def _claim_subject(self, key: ApiKey) -> tuple[list[Any], list[Any]]:
+        """(compares, puts) for a transaction that stores ``key`` holding its
+        certificate subject; raises :class:`TenancyError` if a live key of any
+        tenant holds the subject already."""
+        subject = key.certificate_subject
+        if subject is None:
+            return [], []
+        t = self._client.transactions
+        entry = self._key("subjects", hashlib.sha256(subject.encode()).hexdigest()[:32])
+        found = await self._call(self._client.get(entry))
+        if found is None:
+            compare = t.version(entry) == 0
+        else:
+            holder = await self.get_key(bytes(found.value).decode())
+            if (
+                holder is not None
+                and holder.key_id != key.key_id
+                and not holder.revoked
+                and holder.certificate_subject == subject
+            ):
+                # Not named: the holder may be another tenant's key.
+                raise TenancyError(f"certificate subject {subject!r} already signs in as a key")
+            compare = t.mod(entry) == found.mod_revision
+        return [compare], [t.put(entry, key.key_id.encode())]
+
+    async def set_certificate_subject(self, key_id: str, subject: str | None) -> ApiKey:
+        """Let clients with a certificate of ``subject`` (canonical, see
+        :func:`shoal.tenancy.certificates.canonical_subject`) sign in as the key,
+        or nobody (None)."""
+        key = await self.get_key(key_id)
+        if key is None or key.revoked:
+            raise TenancyError(f"key {key_id!r} does not exist or is revoked")
+        if key.certificate_subject == subject:
+            return key
+        changed = replace(key, certificate_subject=subject)
+        compares, puts = await self._claim_subject(changed)
+        t = self._client.transactions
+        record = self._key("keys", key_id)
+        ok, _ = await self._call(
+            self._client.transaction(
+                compare=[*compares, t.value(record) == key.to_json()],
+                success=[*puts, t.put(record, changed.to_json())],
+                failure=[],
+            )
+        )
+        if not ok:
+            raise TenancyError(f"key {key_id!r} changed meanwhile; try again")
+        return changed
 
     async def get_key(self, key_id: str) -> ApiKey | None:
         found = await self._call(self._client.get(self._key("keys", key_id)))

@@ -22,6 +22,7 @@ from rich.table import Table
 
 from shoal.cli.admin import admin_client, cluster_metadata, wait
 from shoal.cli.client import OutputOption, PropertyOption
+from shoal.tenancy.certificates import canonical_subject
 from shoal.tenancy.keys import KeyRole, mint_key, role_bindings
 from shoal.tenancy.model import (
     WILDCARD,
@@ -96,6 +97,7 @@ def _key_data(key: ApiKey) -> dict[str, Any]:
         "platform_admin": key.platform_admin,
         # Which keys can sign in with SCRAM; those made before it existed need rotating.
         "scram_mechanisms": [c.mechanism.value for c in key.scram],
+        "certificate_subject": key.certificate_subject,
     }
 
 
@@ -231,11 +233,14 @@ def key_create(
             help="May also read and set every tenant's quotas with Kafka's client-quota APIs.",
         ),
     ] = False,
+    certificate_subject: Annotated[str | None, typer.Option(help=_CERTIFICATE_SUBJECT_HELP)] = None,
     output: OutputOption = "table",
 ) -> None:
     """Create an API key. Its secret is shown now and never again."""
+    subject = None if certificate_subject is None else _subject(certificate_subject)
     minted = mint_key(tenant, description, _now_ms(), platform_admin=platform_admin)
-    key, secret, key_id = minted.key, minted.secret, minted.key.key_id
+    key = replace(minted.key, certificate_subject=subject)
+    secret, key_id = minted.secret, key.key_id
     role = KeyRole.NONE if no_acls else KeyRole.READ_ONLY if read_only else KeyRole.DEFAULT
     bindings = role_bindings(role, tenant, key_id)
     _run(etcd, lambda store: store.add_key(key, bindings))
@@ -259,10 +264,53 @@ def key_list(
 
 
 def _keys_table(keys: list[ApiKey]) -> Table:
-    table = Table("key id", "tenant", "description", "revoked")
+    table = Table("key id", "tenant", "description", "certificate subject", "revoked")
     for k in keys:
-        table.add_row(k.key_id, k.tenant, k.description, "yes" if k.revoked else "")
+        table.add_row(
+            k.key_id,
+            k.tenant,
+            k.description,
+            k.certificate_subject or "",
+            "yes" if k.revoked else "",
+        )
     return table
+
+
+_CERTIFICATE_SUBJECT_HELP = (
+    "Clients whose certificate (from the gateway's --tls-client-ca) has this subject,"
+    " e.g. 'CN=orders,O=acme', sign in as the key on the mutual-TLS listener."
+)
+
+
+def _subject(text: str) -> str:
+    try:
+        return canonical_subject(text)
+    except TenancyError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from exc
+
+
+@key_app.command("certificate")
+def key_certificate(
+    key_id: str,
+    etcd: EtcdOption,
+    subject: Annotated[
+        str | None, typer.Argument(help=_CERTIFICATE_SUBJECT_HELP + " Omit it to clear.")
+    ] = None,
+    output: OutputOption = "table",
+) -> None:
+    """Let client certificates of SUBJECT sign in as the key (mutual TLS), or none."""
+    canonical = None if subject is None else _subject(subject)
+    key = _run(etcd, lambda store: store.set_certificate_subject(key_id, canonical))
+    _emit(
+        output,
+        _key_data(key),
+        text=(
+            f"certificates of {canonical} sign in as key {key_id}"
+            if canonical
+            else f"no certificate signs in as key {key_id}"
+        ),
+    )
 
 
 @key_app.command("revoke")
