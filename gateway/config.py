@@ -4,7 +4,9 @@ Ports: each listener has a bootstrap port (``--listen``'s) and one port per
 broker after it: broker ``n`` is reached at bootstrap port + 1 + n
 (Kroxylicious' port-per-broker scheme). ``shoal gateway --listen :9092`` in
 front of brokers 0-2 therefore listens on 9092 (bootstrap), 9093, 9094 and
-9095. A TLS listener (``--tls-listen``) works the same from its own port.
+9095. A TLS listener (``--tls-listen``) works the same from its own port, and
+so does the mutual-TLS one (``--mtls-listen``), where clients sign in with a
+certificate instead of SASL.
 """
 
 from __future__ import annotations
@@ -33,8 +35,18 @@ class GatewayConfig(BaseSettings):
     tls_listen: str | None = Field(
         None, description="HOST:PORT of the SASL_SSL bootstrap listener (broker n at PORT+1+n)."
     )
-    tls_cert: str | None = Field(None, description="PEM certificate chain for the TLS listener.")
-    tls_key: str | None = Field(None, description="PEM private key for the TLS listener.")
+    mtls_listen: str | None = Field(
+        None,
+        description="HOST:PORT of the SSL listener where clients sign in with a certificate"
+        " (mutual TLS; broker n at PORT+1+n).",
+    )
+    tls_cert: str | None = Field(None, description="PEM certificate chain for the TLS listeners.")
+    tls_key: str | None = Field(None, description="PEM private key for the TLS listeners.")
+    tls_client_ca: str | None = Field(
+        None,
+        description="PEM certificates of the CAs whose client certificates --mtls-listen accepts"
+        " (only these: not the system's).",
+    )
     advertise_host: str | None = Field(
         None,
         description="Host name clients are told to connect to; defaults to the listen host,"
@@ -136,8 +148,10 @@ class GatewayConfig(BaseSettings):
     def _tls_complete(self) -> GatewayConfig:
         if self.tls_listen and not (self.tls_cert and self.tls_key):
             raise ValueError("--tls-listen needs --tls-cert and --tls-key")
-        if not self.listen and not self.tls_listen:
-            raise ValueError("give --listen, --tls-listen or both")
+        if self.mtls_listen and not (self.tls_cert and self.tls_key and self.tls_client_ca):
+            raise ValueError("--mtls-listen needs --tls-cert, --tls-key and --tls-client-ca")
+        if not (self.listen or self.tls_listen or self.mtls_listen):
+            raise ValueError("give --listen, --tls-listen, --mtls-listen or several")
         if bool(self.oauth_external_issuer) != bool(self.oauth_external_jwks_url):
             raise ValueError("--oauth-external-issuer and --oauth-external-jwks-url go together")
         return self

@@ -103,7 +103,8 @@ class GatewayMetrics:
         )
         self.auth_failures = LabeledCounter(
             "shoal_gateway_authentication_failures",
-            "Refused logins: bad SASL credentials (kafka) or 401 answers (http).",
+            "Refused logins: bad SASL credentials or client certificates (kafka),"
+            " 401 answers (http).",
             ("door",),
         )
         self.limit_refusals = LabeledCounter(

@@ -117,6 +117,10 @@ class Listener:
     port: int
     advertised_host: str
     tls: ssl.SSLContext | None
+    client_certificates: bool = False
+    """Mutual TLS: clients sign in with a certificate, not SASL. The session makes the
+    handshake itself (:class:`ClientSession`), so that a refused certificate is
+    counted and logged as a refused login."""
     lookups: ListenerLookups = field(init=False)
     servers: dict[int | None, asyncio.Server] = field(default_factory=dict)
 
@@ -164,6 +168,18 @@ def _tls_context(config: GatewayConfig) -> ssl.SSLContext:
     return context
 
 
+def _mtls_context(config: GatewayConfig) -> ssl.SSLContext:
+    # Not create_default_context: for client authentication it would trust the
+    # system's CAs too, and any certificate they ever signed would be a candidate.
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    assert config.tls_cert is not None and config.tls_client_ca is not None
+    context.load_cert_chain(config.tls_cert, config.tls_key)
+    context.verify_mode = ssl.CERT_REQUIRED
+    context.load_verify_locations(cafile=config.tls_client_ca)
+    return context
+
+
 class Gateway:
     def __init__(self, config: GatewayConfig, tracing: TracerProvider | None = None) -> None:
         self.config = config
@@ -185,6 +201,18 @@ class Gateway:
                     port,
                     _advertised(host, config.advertise_host),
                     _tls_context(config),
+                )
+            )
+        if config.mtls_listen:
+            host, port = split_host_port(config.mtls_listen)
+            self.listeners.append(
+                Listener(
+                    "SSL",
+                    host,
+                    port,
+                    _advertised(host, config.advertise_host),
+                    _mtls_context(config),
+                    client_certificates=True,
                 )
             )
         self._sessions: set[asyncio.Task[None]] = set()
@@ -327,14 +355,15 @@ class Gateway:
                 if of_broker is not None:
                     of_broker.discard(session)
 
+        handshake_here = listener.tls is not None and not listener.client_certificates
         listener.servers[node_id] = await asyncio.start_server(
             accept,
             listener.host,
             port,
-            ssl=listener.tls,
+            ssl=listener.tls if handshake_here else None,
             # A client that never starts TLS is as unauthenticated as one that never logs in.
             ssl_handshake_timeout=(
-                self.config.authentication_timeout_ms / 1000 if listener.tls else None
+                self.config.authentication_timeout_ms / 1000 if handshake_here else None
             ),
             limit=2**20,
             reuse_address=True,

@@ -41,6 +41,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import ssl
 import struct
 import time
 from collections import deque
@@ -68,8 +69,10 @@ from shoal.gateway.sasl import (
     parse_plain,
 )
 from shoal.gateway.scram import ScramExchange, parse_client_first
+from shoal.gateway.tls_stream import TlsStream
 from shoal.gateway.tracing import RequestTrace
 from shoal.gateway.upstream import BrokerConnection, UpstreamError
+from shoal.tenancy.certificates import certificate_subject
 from shoal.tenancy.scram import ScramCredential, ScramMechanism
 
 from shoal.wire import (
@@ -99,6 +102,8 @@ _SIZE: Final = struct.Struct(">i")
 _FAILED_AUTH_DELAY_S: Final = 0.1
 """Kafka's connection.failed.authentication.delay.ms: slows password guessing."""
 _AUTH_APIS: Final = {API_VERSIONS: (0, 4), SASL_HANDSHAKE: (0, 1), SASL_AUTHENTICATE: (0, 2)}
+CERTIFICATE: Final = "SSL"
+"""How a mutual-TLS session signed in, where a SASL one names its mechanism."""
 _MIN_SESSION_S: Final = 1.0
 """A token accepted within its leeway past ``exp`` still gets a session this long."""
 
@@ -159,8 +164,8 @@ class ClientSession:
         self.services = services
         self.listener = listener
         self.node_id = node_id
-        self._reader = reader
-        self._writer = writer
+        self._reader: asyncio.StreamReader | TlsStream = reader
+        self._writer: asyncio.StreamWriter | TlsStream = writer
         peer = writer.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.key_id: str | None = None
@@ -188,7 +193,10 @@ class ClientSession:
             timeout_s = self.services.config.authentication_timeout_ms / 1000
             try:
                 async with asyncio.timeout(timeout_s):
-                    await self._authenticate()
+                    if self.listener.client_certificates:
+                        await self._authenticate_with_certificate()
+                    else:
+                        await self._authenticate()
             except TimeoutError:
                 raise _ClosedError(f"not authenticated within {timeout_s:g}s") from None
             self.services.sessions_by_key.setdefault(self.key_id or "", set()).add(self)
@@ -325,6 +333,64 @@ class ClientSession:
                     mechanism,
                 )
                 return
+
+    async def _authenticate_with_certificate(self) -> None:
+        """The TLS handshake, then the key the client certificate's subject names."""
+        tls = self.listener.tls
+        assert tls is not None
+        reader, writer = self._reader, self._writer
+        assert isinstance(reader, asyncio.StreamReader)
+        assert isinstance(writer, asyncio.StreamWriter)
+        stream = TlsStream(reader, writer, tls)
+        self._reader = self._writer = stream
+        try:
+            await stream.handshake()
+        except ssl.SSLError as exc:
+            self.services.metrics.authentication_failed("kafka")
+            reason = getattr(exc, "verify_message", None) or exc.reason or str(exc)
+            log.info(
+                "event=gateway_auth_failed peer=%s mechanism=SSL reason=%s",
+                self.peer,
+                str(reason).replace(" ", "_"),
+            )
+            raise _ClosedError(f"TLS handshake failed: {reason}") from None
+        der = stream.ssl_object.getpeercert(binary_form=True)
+        assert der is not None  # CERT_REQUIRED
+        subject = certificate_subject(der)
+        tenancy = self.services.tenancy
+        if tenancy.key_for_subject(subject) is None:
+            await tenancy.load()  # a key given the subject since the last poll
+        key_id = tenancy.key_for_subject(subject)
+        access = None if key_id is None else tenancy.access(key_id)
+        if key_id is None or access is None:
+            self.services.metrics.authentication_failed("kafka")
+            log.info(
+                "event=gateway_auth_failed peer=%s mechanism=SSL subject=%s reason=no_key",
+                self.peer,
+                subject.replace(" ", "_")[:256],
+            )
+            raise _ClosedError("the client certificate's subject names no live key")
+        login = _Login(key_id, access.tenant, lambda: tenancy.access(key_id), None)
+        try:
+            self._count_connection(login)
+        except _LoginRefusedError as exc:
+            raise _ClosedError(str(exc)) from None
+        self._begin_session(CERTIFICATE, login)
+        log.info("event=gateway_authenticated peer=%s key=%s mechanism=SSL", self.peer, key_id)
+
+    async def _refuse_sasl(self, header: RequestHeader, api: ApiSchema) -> None:
+        """SASL on a session that signed in with a certificate: Kafka's SSL listener
+        answers ILLEGAL_SASL_STATE and serves on."""
+        if header.api_key == SASL_HANDSHAKE:
+            body = api.response(error_code=E.illegal_sasl_state, mechanisms=())
+        else:
+            body = api.response(
+                error_code=E.illegal_sasl_state,
+                error_message="this listener authenticates with client certificates, not SASL",
+                auth_bytes=b"",
+                session_lifetime=timedelta(0),
+            )
+        await self._answer(header, api, body)
 
     async def _reauthenticate(self, header: RequestHeader, api: ApiSchema, body: Any) -> None:
         """KIP-368: a new login on an authenticated connection, same mechanism and principal."""
@@ -568,7 +634,10 @@ class ClientSession:
                 await self._answer_unsupported_api_versions(exc.header)
                 continue
             if header.api_key in (SASL_HANDSHAKE, SASL_AUTHENTICATE):
-                await self._reauthenticate(header, api, body)
+                if self._mechanism == CERTIFICATE:
+                    await self._refuse_sasl(header, api)
+                else:
+                    await self._reauthenticate(header, api, body)
                 continue
             if self._session_ends is not None and time.monotonic() >= self._session_ends:
                 raise _ClosedError("the session expired without re-authentication")

@@ -35,6 +35,8 @@ class TenancyView:
         self.snapshot = _EMPTY
         self.verifier = KeyVerifier(self._lookup, time.monotonic)
         self.on_change: list[Callable[[TenancySnapshot], None]] = []
+        self._subjects: dict[str, str] = {}
+        """Certificate subject -> id of the live key it signs in as."""
 
     async def _lookup(self, key_id: str) -> ApiKey | None:
         known = self.snapshot.keys.get(key_id)
@@ -52,6 +54,7 @@ class TenancyView:
         if snapshot.revision != self.snapshot.revision:
             old = self.snapshot
             self.snapshot = snapshot
+            self._subjects = _subjects(snapshot)
             for key_id in old.keys:
                 now = snapshot.keys.get(key_id)
                 if now is None or now.revoked or now.tenant not in snapshot.tenants:
@@ -90,6 +93,10 @@ class TenancyView:
             platform_admin=key.platform_admin,
         )
 
+    def key_for_subject(self, subject: str) -> str | None:
+        """The id of the live key a client certificate of ``subject`` signs in as."""
+        return self._subjects.get(subject)
+
     def access_for(self, tenant: str, principal: str) -> TenantAccess | None:
         """The rights of a principal named by a trusted token issuer, not by one
         of our keys: the tenant's bindings for that principal (or ``*``)."""
@@ -110,6 +117,23 @@ class TenancyView:
 
     def still_valid(self, key_id: str) -> bool:
         return self.access(key_id) is not None
+
+
+def _subjects(snapshot: TenancySnapshot) -> dict[str, str]:
+    holders: dict[str, list[str]] = {}
+    for key in snapshot.keys.values():
+        if key.certificate_subject is not None and not key.revoked:
+            holders.setdefault(key.certificate_subject, []).append(key.key_id)
+    for subject, keys in holders.items():
+        if len(keys) > 1:
+            # The store lets one live key hold a subject; records written around it
+            # must not let a certificate pick its key: it signs in as none.
+            log.warning(
+                "event=certificate_subject_ambiguous subject=%s keys=%s",
+                subject.replace(" ", "_"),
+                ",".join(sorted(keys)),
+            )
+    return {subject: keys[0] for subject, keys in holders.items() if len(keys) == 1}
 
 
 class StoreQuotas:

@@ -22,11 +22,17 @@ def gateway(
     tls_listen: Annotated[
         str | None, typer.Option(envvar="SHOAL_TLS_LISTEN", help=_doc("tls_listen"))
     ] = None,
+    mtls_listen: Annotated[
+        str | None, typer.Option(envvar="SHOAL_MTLS_LISTEN", help=_doc("mtls_listen"))
+    ] = None,
     tls_cert: Annotated[
         str | None, typer.Option(envvar="SHOAL_TLS_CERT", help=_doc("tls_cert"))
     ] = None,
     tls_key: Annotated[
         str | None, typer.Option(envvar="SHOAL_TLS_KEY", help=_doc("tls_key"))
+    ] = None,
+    tls_client_ca: Annotated[
+        str | None, typer.Option(envvar="SHOAL_TLS_CLIENT_CA", help=_doc("tls_client_ca"))
     ] = None,
     http_listen: Annotated[
         str | None, typer.Option(envvar="SHOAL_HTTP_LISTEN", help=_doc("http_listen"))
@@ -79,6 +85,8 @@ def gateway(
         "tls_listen": tls_listen,
         "tls_cert": tls_cert,
         "tls_key": tls_key,
+        "mtls_listen": mtls_listen,
+        "tls_client_ca": tls_client_ca,
         "http_listen": http_listen,
         "metrics_listen": metrics_listen,
         "advertise_host": advertise_host,

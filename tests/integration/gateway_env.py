@@ -1,7 +1,8 @@
 """A real gateway in front of real brokers, and tenants to use it, for gateway tests.
 
 :class:`GatewayProcess` runs ``shoal gateway`` as a child process with a
-SASL_PLAINTEXT listener and a SASL_SSL one (a throwaway CA from trustme).
+SASL_PLAINTEXT listener, a SASL_SSL one and a mutual-TLS one (throwaway CAs
+from trustme: one signs the gateway's certificate, another its clients').
 :func:`make_tenant` writes a tenant and a key straight into etcd, as
 ``shoal tenant create`` and ``shoal key create`` would. Client settings come
 out of :class:`TenantKey` for each client library's spelling.
@@ -10,6 +11,7 @@ out of :class:`TenantKey` for each client library's spelling.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import os
 import signal
 import struct
@@ -38,19 +40,81 @@ class TlsFiles:
     ca: Path
     cert: Path
     key: Path
+    client_ca: Path
+    """The CA the mutual-TLS listener trusts for client certificates."""
+    client_authority: trustme.CA
+    """Issues client certificates (:func:`client_certificate`)."""
 
     @classmethod
     def make(cls, directory: Path) -> TlsFiles:
         directory.mkdir(parents=True, exist_ok=True)
         authority = trustme.CA()
         server = authority.issue_cert("127.0.0.1", "localhost")
-        files = cls(directory / "ca.pem", directory / "cert.pem", directory / "key.pem")
+        files = cls(
+            directory / "ca.pem",
+            directory / "cert.pem",
+            directory / "key.pem",
+            directory / "client-ca.pem",
+            trustme.CA(organization_name="shoal tests", organization_unit_name="client CA"),
+        )
         authority.cert_pem.write_to_path(str(files.ca))
+        files.client_authority.cert_pem.write_to_path(str(files.client_ca))
         server.cert_chain_pems[0].write_to_path(str(files.cert))
         for extra in server.cert_chain_pems[1:]:
             extra.write_to_path(str(files.cert), append=True)
         server.private_key_pem.write_to_path(str(files.key))
         return files
+
+
+@dataclass(frozen=True)
+class ClientCertificate:
+    """A client certificate and its key in PEM files, and its subject as the gateway
+    reads it (RFC 4514)."""
+
+    subject: str
+    cert: Path
+    key: Path
+
+    def librdkafka(self, gateway: GatewayProcess, **extra: Any) -> dict[str, Any]:
+        """confluent-kafka settings for the gateway's mutual-TLS listener."""
+        assert gateway.tls is not None
+        return {
+            "bootstrap.servers": gateway.mtls_bootstrap,
+            "security.protocol": "SSL",
+            "ssl.ca.location": str(gateway.tls.ca),
+            "ssl.certificate.location": str(self.cert),
+            "ssl.key.location": str(self.key),
+            **extra,
+        }
+
+
+def client_certificate(
+    directory: Path,
+    authority: trustme.CA,
+    common_name: str,
+    not_after: datetime.datetime | None = None,
+) -> ClientCertificate:
+    """A certificate for ``CN=<common_name>,OU=apps,O=acme`` signed by ``authority``."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives.serialization import Encoding
+    from shoal.tenancy.certificates import certificate_subject
+
+    directory.mkdir(parents=True, exist_ok=True)
+    issued = authority.issue_cert(
+        f"{common_name}.clients.example",
+        common_name=common_name,
+        organization_name="acme",
+        organization_unit_name="apps",
+        not_before=None if not_after is None else not_after - datetime.timedelta(days=30),
+        not_after=not_after,
+    )
+    cert, key = directory / f"{common_name}.pem", directory / f"{common_name}.key"
+    issued.cert_chain_pems[0].write_to_path(str(cert))
+    issued.private_key_pem.write_to_path(str(key))
+    der = x509.load_pem_x509_certificate(issued.cert_chain_pems[0].bytes()).public_bytes(
+        Encoding.DER
+    )
+    return ClientCertificate(certificate_subject(der), cert, key)
 
 
 class GatewayProcess:
@@ -72,6 +136,7 @@ class GatewayProcess:
         self.env = env or {}
         self.port = free_port_block(brokers + 1)
         self.tls_port = free_port_block(brokers + 1) if tls is not None else None
+        self.mtls_port = free_port_block(brokers + 1) if tls is not None else None
         self.http_port = free_port_block(1)
         self.metrics_port = free_port_block(1)
         self.gateway_id = gateway_id or f"test-{self.port}"
@@ -97,6 +162,11 @@ class GatewayProcess:
         assert self.tls_port is not None
         return f"127.0.0.1:{self.tls_port}"
 
+    @property
+    def mtls_bootstrap(self) -> str:
+        assert self.mtls_port is not None
+        return f"127.0.0.1:{self.mtls_port}"
+
     def command(self) -> list[str]:
         args = [
             sys.executable, "-m", "shoal", "gateway",
@@ -112,6 +182,8 @@ class GatewayProcess:
                 f"--tls-listen=127.0.0.1:{self.tls_port}",
                 f"--tls-cert={self.tls.cert}",
                 f"--tls-key={self.tls.key}",
+                f"--mtls-listen=127.0.0.1:{self.mtls_port}",
+                f"--tls-client-ca={self.tls.client_ca}",
             ]
         return args
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import socket
+import ssl
 import struct
 from typing import Any
 
@@ -54,9 +55,13 @@ def frame(payload: bytes) -> bytes:
 
 
 class RawConnection:
-    def __init__(self, bootstrap: str, timeout: float = 10) -> None:
+    def __init__(
+        self, bootstrap: str, timeout: float = 10, tls: ssl.SSLContext | None = None
+    ) -> None:
         host, port = bootstrap.rsplit(":", 1)
         self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+        if tls is not None:
+            self.sock = tls.wrap_socket(self.sock, server_hostname=host)
         self.correlation_id = 0
 
     def close(self) -> None:

@@ -20,7 +20,10 @@ file (SASL/PLAIN over SASL_PLAINTEXT), as a user would run ``bin/kafka-*.sh``:
 * SASL/OAUTHBEARER: the Java client's own OAuthBearerLoginCallbackHandler
   fetches tokens from the gateway's token endpoint (client credentials);
 * SASL/SCRAM-SHA-256 and -512 with the key (Kafka's ScramLoginModule): the
-  Java producer and consumer, and a wrong password refused as Kafka refuses it.
+  Java producer and consumer, and a wrong password refused as Kafka refuses it;
+* mutual TLS (``security.protocol=SSL``, a PEM keystore): a certificate whose
+  subject a key names signs in as that key; one from an unknown CA, or
+  expired, fails with ``SslAuthenticationException``, as on Kafka's SSL listener.
 
 * the Java consumer with the KIP-848 protocol (``--group-protocol consumer``,
   the broker's ``range`` assignor) reads and commits, and
@@ -33,6 +36,7 @@ module; each test has its own topics and groups.
 
 from __future__ import annotations
 
+import datetime
 import json
 import re
 import subprocess
@@ -45,7 +49,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
-from gateway_env import TenantKey
+from gateway_env import ClientCertificate, TenantKey, client_certificate, tenancy
 from harness import wait_until
 from shoal.benchmarks.apache_kafka import ApacheKafka, default_kafka_home
 
@@ -904,3 +908,82 @@ def test_java_clients_sign_in_with_scram(java: Java, gateway_cluster: Any, mecha
     assert refused.returncode != 0, failed(refused)
     assert "SaslAuthenticationException" in failed(refused)
     assert "invalid API key or secret" in failed(refused)
+
+
+# -- mutual TLS with a PEM keystore ----------------------------------------------------------------
+
+
+def mtls_settings(gateway: Any, certificate: ClientCertificate, directory: Path) -> dict[str, str]:
+    """The Java client's SSL settings (KIP-651 PEM stores); its PEM keystore wants the
+    key as PKCS#8, followed by the certificate."""
+    from cryptography.hazmat.primitives import serialization
+
+    key = serialization.load_pem_private_key(certificate.key.read_bytes(), password=None)
+    pkcs8 = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+    keystore = directory / f"{certificate.cert.stem}-keystore.pem"
+    keystore.write_bytes(pkcs8 + certificate.cert.read_bytes())
+    return {
+        "security.protocol": "SSL",
+        "ssl.truststore.type": "PEM",
+        "ssl.truststore.location": str(gateway.tls.ca),
+        "ssl.keystore.type": "PEM",
+        "ssl.keystore.location": str(keystore),
+    }
+
+
+def test_java_clients_sign_in_with_a_client_certificate(
+    java: Java, gateway_cluster: Any, tmp_path: Path
+) -> None:
+    gateway = gateway_cluster.gateway
+    key: TenantKey = gateway_cluster.tenant(TENANT)
+    certificate = client_certificate(tmp_path, gateway.tls.client_authority, "java-app")
+    tenancy(
+        gateway.etcd_url,
+        lambda store: store.set_certificate_subject(key.key_id, certificate.subject),
+    )
+    config = java.properties("mtls", mtls_settings(gateway, certificate, tmp_path))
+    admin = ["--bootstrap-server", gateway.mtls_bootstrap, "--command-config", str(config)]
+    log_start = len(gateway.log_text())
+    topic, count = "signed-by-cert", 50
+    java.ok(TOPICS, *admin, *flags(f"--create --topic {topic} --partitions 2"))
+    produced = json_events(
+        java.ok(VERIFIABLE_PRODUCER, *admin, *flags(f"--topic {topic} --max-messages {count}"))
+    )
+    assert len([e for e in produced if e["name"] == "producer_send_success"]) == count
+    consume = f"--topic {topic} --group-id by-cert --max-messages {count} --verbose"
+    consumed = json_events(java.ok(VERIFIABLE_CONSUMER, *admin, *flags(consume)))
+    assert len([e for e in consumed if e["name"] == "record_data"]) == count
+    logins = re.findall(
+        rf"event=gateway_authenticated .*key={key.key_id} mechanism=(\S+)",
+        gateway.log_text()[log_start:],
+    )
+    assert logins and set(logins) == {"SSL"}, logins
+
+
+@pytest.mark.parametrize("problem", ["unknown CA", "expired"])
+def test_java_clients_with_a_refused_certificate_get_ssl_authentication_exception(
+    java: Java, gateway_cluster: Any, tmp_path: Path, problem: str
+) -> None:
+    import trustme
+
+    gateway = gateway_cluster.gateway
+    if problem == "unknown CA":
+        certificate = client_certificate(tmp_path, trustme.CA(), "java-stranger")
+    else:
+        yesterday = datetime.datetime.now(datetime.UTC) - datetime.timedelta(days=1)
+        certificate = client_certificate(
+            tmp_path, gateway.tls.client_authority, "java-expired", not_after=yesterday
+        )
+    config = java.properties(
+        f"mtls-{problem.replace(' ', '-')}", mtls_settings(gateway, certificate, tmp_path)
+    )
+    refused = java.run(
+        TOPICS, "--bootstrap-server", gateway.mtls_bootstrap, "--command-config", str(config),
+        "--list",
+    )  # fmt: skip
+    assert refused.returncode != 0, failed(refused)
+    assert "SslAuthenticationException" in failed(refused)
