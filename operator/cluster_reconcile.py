@@ -286,17 +286,21 @@ def cluster_status(
     endpoints: ClusterEndpoints,
     image: str | None,
     settling: bool,
+    mtls: bool = False,
 ) -> dict[str, Any]:
     """The Cluster's status for what :func:`observe` saw (see :func:`health_conditions`).
 
     ``image`` is the image every broker runs (None leaves the previous value:
-    the timer does not know whether a roll is under way).
+    the timer does not know whether a roll is under way). ``mtls``: whether the
+    gateway runs its mutual-TLS listener (the spec has a client CA); its
+    bootstrap is ``mtlsBootstrap``, removed (None) when it does not.
     """
     status: dict[str, Any] = {
         "observedGeneration": generation,
         "conditions": health_conditions(health, generation, previous, settling),
         "brokers": {"desired": health.desired, "ready": health.ready},
         "bootstrap": endpoints.gateway_bootstrap,
+        "mtlsBootstrap": endpoints.gateway_mtls_bootstrap if mtls else None,
     }
     if health.unreachable is None:
         status["partitions"] = {

@@ -78,6 +78,9 @@ class ClusterSpec:
     gateway_advertise_host: str | None
     gateway_tls_secret: str | None
     """A kubernetes.io/tls Secret; set, the gateway's Kafka listener is SASL_SSL."""
+    gateway_client_ca_secret: str | None
+    """A Secret whose ``ca.crt`` holds the CAs of client certificates; set, the gateway
+    also runs its mutual-TLS listener (needs ``gateway_tls_secret``, its server certificate)."""
     gateway_resources: Mapping[str, Any]
     topic_defaults: Mapping[str, str]
     """Broker-wide topic defaults by Kafka broker property (``log.retention.ms``)."""
@@ -89,7 +92,7 @@ class ClusterSpec:
         brokers = _section(spec.get("brokers"), "spec.brokers")
         etcd = _section(spec.get("etcd"), "spec.etcd")
         gateway = _section(spec.get("gateway"), "spec.gateway")
-        tls = _tls(gateway)
+        tls, client_ca = _tls(gateway)
         return cls(
             image=_optional_str(spec, "image", "spec"),
             image_pull_policy=_choice(
@@ -114,20 +117,27 @@ class ClusterSpec:
             ),
             gateway_advertise_host=_optional_str(gateway, "advertiseHost", "spec.gateway"),
             gateway_tls_secret=tls,
+            gateway_client_ca_secret=client_ca,
             gateway_resources=_section(gateway.get("resources"), "spec.gateway.resources"),
             topic_defaults=_strings(spec.get("topicDefaults"), "spec.topicDefaults"),
         )
 
 
-def _tls(gateway: Mapping[str, Any]) -> str | None:
-    """The TLS Secret's name, or None when ``spec.gateway.tls`` is absent."""
+def _tls(gateway: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    """The names of the TLS Secret and the client CA Secret; None when not given."""
     if gateway.get("tls") is None:
-        return None
+        return None, None
     tls = _section(gateway["tls"], "spec.gateway.tls")
     secret = _optional_str(tls, "secretName", "spec.gateway.tls")
+    client_ca = _optional_str(tls, "clientCASecretName", "spec.gateway.tls")
+    if secret is None and client_ca is not None:
+        raise ClusterSpecError(
+            "spec.gateway.tls.clientCASecretName needs spec.gateway.tls.secretName"
+            " (a kubernetes.io/tls Secret: the certificate the mutual-TLS listener serves)"
+        )
     if secret is None:
         raise ClusterSpecError("spec.gateway.tls needs secretName (a kubernetes.io/tls Secret)")
-    return secret
+    return secret, client_ca
 
 
 def _section(value: Any, where: str) -> dict[str, Any]:

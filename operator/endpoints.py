@@ -6,7 +6,9 @@ client Service ``demo-etcd-client``, and the gateway Deployment and Service
 ``demo-gateway``. Broker ``n`` is the pod ``demo-broker-n``, whose node id is
 ``n``; its internal listener is ``demo-broker-n.demo-broker.prod.svc:19092``.
 The gateway's Kafka bootstrap port is 9092 and broker ``n`` is at 9093+n on
-the same Service, as ``shoal gateway`` lays out its listeners.
+the same Service, as ``shoal gateway`` lays out its listeners; its
+mutual-TLS listener (when the Cluster has a client CA) likewise at 9292 and
+9293+n.
 
 The operator reaches a Cluster through :class:`ClusterEndpoints`. In a pod
 these are Service DNS names; tests and operators run outside the cluster give
@@ -25,6 +27,10 @@ BROKER_PORT = 19092
 """Brokers' internal listener (no authentication: NetworkPolicies keep it private)."""
 GATEWAY_KAFKA_PORT = 9092
 """Gateway bootstrap; broker n is at GATEWAY_KAFKA_PORT + 1 + n."""
+GATEWAY_MTLS_PORT = 9292
+"""Gateway's mutual-TLS bootstrap (security.protocol SSL); broker n at GATEWAY_MTLS_PORT + 1 + n.
+200 above GATEWAY_KAFKA_PORT: both blocks stay clear of each other and of METRICS_PORT
+for up to 111 brokers (the spec allows 64)."""
 GATEWAY_HTTP_PORT = 8080
 ETCD_CLIENT_PORT = 2379
 ETCD_PEER_PORT = 2380
@@ -72,6 +78,10 @@ def gateway_broker_port(node_id: int) -> int:
     return GATEWAY_KAFKA_PORT + 1 + node_id
 
 
+def gateway_mtls_broker_port(node_id: int) -> int:
+    return GATEWAY_MTLS_PORT + 1 + node_id
+
+
 def key_secret_name(tenant: str, key: str) -> str:
     """The Secret holding one of a tenant's API keys (``shoal-<tenant>-<key>``)."""
     return f"shoal-{tenant}-{key}"
@@ -89,6 +99,9 @@ class ClusterEndpoints:
     """What a tenant's Kafka client puts in bootstrap.servers."""
     gateway_http: str
     """Base URL of the gateway's HTTP API."""
+    gateway_mtls_bootstrap: str | None = None
+    """bootstrap.servers for a client signing in with a certificate (the gateway's
+    mutual-TLS listener, when the Cluster has a client CA); None: not known."""
 
 
 EndpointResolver = Callable[[str, str, int], ClusterEndpoints]
@@ -107,6 +120,7 @@ def in_cluster_endpoints(namespace: str, cluster: str, brokers: int) -> ClusterE
         ),
         gateway_bootstrap=f"{gateway_host}:{GATEWAY_KAFKA_PORT}",
         gateway_http=f"http://{gateway_host}:{GATEWAY_HTTP_PORT}",
+        gateway_mtls_bootstrap=f"{gateway_host}:{GATEWAY_MTLS_PORT}",
     )
 
 
@@ -127,10 +141,12 @@ def endpoints_file(path: Path) -> EndpointResolver:
         {"streaming/demo": {"etcd_url": "http://127.0.0.1:2379/shoal",
                             "brokers_bootstrap": "127.0.0.1:19092",
                             "gateway_bootstrap": "127.0.0.1:9092",
-                            "gateway_http": "http://127.0.0.1:8080"},
+                            "gateway_http": "http://127.0.0.1:8080",
+                            "gateway_mtls_bootstrap": "127.0.0.1:9292"},
          "*": {...}}
 
-    keyed ``<namespace>/<cluster>``, with ``*`` for every Cluster not named;
+    keyed ``<namespace>/<cluster>``, with ``*`` for every Cluster not named
+    (``gateway_mtls_bootstrap`` may be left out);
     a Cluster in neither gets :func:`in_cluster_endpoints`. The file is read
     at each resolution, so entries may be added while the operator runs.
     """
@@ -149,6 +165,11 @@ def endpoints_file(path: Path) -> EndpointResolver:
             brokers_bootstrap=str(entry["brokers_bootstrap"]),
             gateway_bootstrap=str(entry["gateway_bootstrap"]),
             gateway_http=str(entry["gateway_http"]),
+            gateway_mtls_bootstrap=(
+                None
+                if entry.get("gateway_mtls_bootstrap") is None
+                else str(entry["gateway_mtls_bootstrap"])
+            ),
         )
 
     return resolve

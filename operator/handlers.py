@@ -49,6 +49,7 @@ from shoal.operator.rebalance import ReassignmentImpossible, ReassignmentTimeout
 from shoal.operator.roller import RollBlocked, RollStalled
 from shoal.operator.tenants import (
     TENANT_LABEL,
+    CertificateSubjectTakenError,
     KeySecret,
     TenantSpec,
     read_key_secret,
@@ -256,7 +257,10 @@ async def _cluster_reconcile(
         raise kopf.TemporaryError(str(exc), delay=ctx.intervals.retry_s) from exc
     health = await observe(kube, namespace, name, cluster, endpoints)
     image = cluster.image or ctx.default_image
-    fresh = cluster_status(health, generation, report.found, endpoints, image, settling=True)
+    mtls = cluster.gateway_client_ca_secret is not None
+    fresh = cluster_status(
+        health, generation, report.found, endpoints, image, settling=True, mtls=mtls
+    )
     await _write_status(kube, "Cluster", namespace, name, fresh)
 
 
@@ -280,7 +284,8 @@ async def _cluster_observe(
     kube = ctx.client()
     endpoints = ctx.resolver(namespace, name, cluster.brokers)
     health = await observe(kube, namespace, name, cluster, endpoints)
-    fresh = cluster_status(health, generation, found, endpoints, None, settling=False)
+    mtls = cluster.gateway_client_ca_secret is not None
+    fresh = cluster_status(health, generation, found, endpoints, None, settling=False, mtls=mtls)
     await _write_status(kube, "Cluster", namespace, name, fresh)
 
 
@@ -412,6 +417,8 @@ async def _tenant_reconcile(
         await fail("ClusterNotFound", str(exc), retry=True)
     except TenancyStoreError as exc:
         await fail("ClusterUnreachable", str(exc), retry=True)
+    except CertificateSubjectTakenError as exc:
+        await fail("CertificateSubjectTaken", str(exc), retry=False)
     except ValueError as exc:
         await fail("InvalidSpec", str(exc), retry=False)
     else:

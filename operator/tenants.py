@@ -13,6 +13,12 @@ quotas), then settles its keys:
   wants (or that a new key replaced) are revoked and the Secrets of unwanted
   names listed for deletion. Keys made by anyone else (the CLI, the tenant
   itself over the HTTP API) are left alone.
+* A key's ``certificateSubject`` (if any) is claimed with the key, or set on a
+  kept key (cleared when the spec drops it): clients with a certificate of
+  that subject, signed by the Cluster's client CA, sign in as the key on the
+  gateway's mutual-TLS listener. A subject held by a key this resource does not
+  manage (another tenant's, or one made with the CLI) refuses the spec before
+  any key is written.
 * The declared bindings of the operator's keys, and the tenant-wide ones
   (principal ``*``), are made equal to the spec: the role's bindings plus
   ``spec.acls``. Bindings the tenant made with Kafka's CreateAcls are its own
@@ -27,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import dataclasses
 import re
 import time
 from collections.abc import Iterable, Mapping
@@ -37,6 +44,7 @@ from shoal.gateway.namespace import Namespace
 from shoal.operator.client_settings import client_properties, jaas_config, properties_text
 from shoal.operator.endpoints import ClusterEndpoints, key_secret_name
 from shoal.operator.kafka_admin import ClusterAdmin
+from shoal.tenancy.certificates import canonical_subject
 from shoal.tenancy.keys import KeyRole, mint_key, role_bindings
 from shoal.tenancy.model import (
     WILDCARD,
@@ -61,11 +69,18 @@ MARKER_PREFIX: Final = "k8s:"
 _KEY_NAME: Final = re.compile(r"^[a-z0-9]([-a-z0-9]{0,30}[a-z0-9])?$")
 
 
+class CertificateSubjectTakenError(TenancyError):
+    """A key of the spec wants a certificate subject that a key this Tenant does not
+    manage holds: only the spec (or revoking that key) can fix it."""
+
+
 @dataclass(frozen=True, slots=True)
 class KeySpec:
     name: str
     role: KeyRole
     description: str = ""
+    certificate_subject: str | None = None
+    """Canonical RFC 4514 subject of the client certificates that sign in as the key."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +132,9 @@ class TenantSpec:
         names = [k.name for k in keys]
         if len(set(names)) != len(names):
             raise ValueError("spec.keys: each key needs a name of its own")
+        subjects = [k.certificate_subject for k in keys if k.certificate_subject is not None]
+        if len(set(subjects)) != len(subjects):
+            raise ValueError("spec.keys: each key needs a certificateSubject of its own")
         acls = tuple(_acl_spec(item) for item in spec.get("acls") or ())
         for acl in acls:
             if acl.key != WILDCARD and acl.key not in names:
@@ -150,7 +168,18 @@ def _key_spec(item: Mapping[str, Any]) -> KeySpec:
         raise ValueError(
             f"spec.keys[{name}].role: one of {', '.join(r.value for r in KeyRole)}"
         ) from None
-    return KeySpec(name, role, str(item.get("description", "")))
+    return KeySpec(name, role, str(item.get("description", "")), _subject(name, item))
+
+
+def _subject(name: str, item: Mapping[str, Any]) -> str | None:
+    subject = item.get("certificateSubject")
+    if subject is None:
+        return None
+    try:
+        # Not a string (a fake API server skips the CRD's type): refused as an empty one.
+        return canonical_subject(subject if isinstance(subject, str) else "")
+    except TenancyError as exc:
+        raise ValueError(f"spec.keys[{name}].certificateSubject: {exc}") from None
 
 
 def _acl_spec(item: Mapping[str, Any]) -> AclSpec:
@@ -298,17 +327,26 @@ async def reconcile_tenant(
     their existing Secrets hold. ``tls``: whether the gateway's clients use TLS."""
     await _ensure_tenant(store, spec)
     existing = {k.key_id: k for k in await store.list_keys(spec.tenant)}
+    ours = {k.key_id: name for k in existing.values() if (name := spec.marked_key_name(k))}
+    kept: dict[str, KeySecret] = {}
+    for key in spec.keys:
+        held = known_keys.get(key.name)
+        if held is not None and await _usable(existing.get(held.key_id), spec.tenant, held):
+            kept[key.name] = held
+    released = await _release_subjects(store, spec, kept, ours)
     key_ids: dict[str, str] = {}
     secrets = []
     for key in spec.keys:
-        kept = known_keys.get(key.name)
-        if kept is not None and await _usable(existing.get(kept.key_id), spec.tenant, kept):
-            key_id, password = kept.key_id, kept.password
+        held = kept.get(key.name)
+        if held is not None:
+            key_id, password = held.key_id, held.password
+            current = None if key_id in released else existing[key_id].certificate_subject
+            if current != key.certificate_subject:
+                await store.set_certificate_subject(key_id, key.certificate_subject)
         else:
             key_id, password = await _create_key(store, spec, key)
         key_ids[key.name] = key_id
         secrets.append(key_secret(spec, key.name, key_id, password, endpoints, tls))
-    ours = {k.key_id: name for k in existing.values() if (name := spec.marked_key_name(k))}
     live = set(key_ids.values())
     for key_id in ours.keys() - live:
         if not existing[key_id].revoked:
@@ -328,16 +366,59 @@ async def reconcile_tenant(
         status={
             "tenant": spec.tenant,
             "keyCount": len(spec.keys),
-            "keys": [
-                {
-                    "name": key.name,
-                    "keyId": key_ids[key.name],
-                    "secretName": key_secret_name(spec.tenant, key.name),
-                }
-                for key in spec.keys
-            ],
+            "keys": [_key_status(spec, key, key_ids[key.name]) for key in spec.keys],
         },
     )
+
+
+def _key_status(spec: TenantSpec, key: KeySpec, key_id: str) -> dict[str, str]:
+    status = {
+        "name": key.name,
+        "keyId": key_id,
+        "secretName": key_secret_name(spec.tenant, key.name),
+    }
+    if key.certificate_subject is not None:
+        status["certificateSubject"] = key.certificate_subject
+    return status
+
+
+async def _release_subjects(
+    store: TenancyStore,
+    spec: TenantSpec,
+    kept: Mapping[str, KeySecret],
+    ours: Mapping[str, str],
+) -> set[str]:
+    """Make the certificate subjects the spec wants free for the keys that want them;
+    returns the ids of the keys whose subject was cleared.
+
+    A live key holding a wanted subject is either this resource's (a key being
+    replaced or dropped, or a kept one whose subject goes to another of its keys):
+    its subject is cleared, so the key that wants it can claim it. Or it is not
+    (another tenant's key, one made with the CLI): the spec is refused with
+    :class:`CertificateSubjectTakenError` before any key is written.
+    """
+    wanted = {k.certificate_subject: k.name for k in spec.keys if k.certificate_subject}
+    if not wanted:
+        return set()
+    holders = [
+        (k, wanted[k.certificate_subject])
+        for k in await store.list_keys()  # every tenant's: a subject is one principal
+        if k.certificate_subject in wanted and not k.revoked
+    ]
+    for holder, name in holders:
+        if holder.key_id not in ours:
+            raise CertificateSubjectTakenError(
+                f"spec.keys[{name}].certificateSubject: certificate subject"
+                f" {holder.certificate_subject!r} already signs in as a key"
+                " this Tenant does not manage"
+            )
+    kept_names = {held.key_id: name for name, held in kept.items()}
+    released = set()
+    for holder, name in holders:
+        if kept_names.get(holder.key_id) != name:
+            await store.set_certificate_subject(holder.key_id, None)
+            released.add(holder.key_id)
+    return released
 
 
 async def _ensure_tenant(store: TenancyStore, spec: TenantSpec) -> None:
@@ -362,11 +443,12 @@ async def _usable(key: ApiKey | None, tenant: str, held: KeySecret) -> bool:
 async def _create_key(store: TenancyStore, spec: TenantSpec, key: KeySpec) -> tuple[str, str]:
     description = spec.marker(key.name) + (f" {key.description}" if key.description else "")
     minted = await asyncio.to_thread(mint_key, spec.tenant, description, _now_ms())
-    key_id = minted.key.key_id
+    new = dataclasses.replace(minted.key, certificate_subject=key.certificate_subject)
+    key_id = new.key_id
     # Born with every binding the spec gives it, in one write: a gateway that sees
     # the key must not see it with its role's bindings but without its extra ACLs.
     declared = [acl.binding(spec.tenant, key_id) for acl in spec.acls if acl.key == key.name]
-    await store.add_key(minted.key, [*role_bindings(key.role, spec.tenant, key_id), *declared])
+    await store.add_key(new, [*role_bindings(key.role, spec.tenant, key_id), *declared])
     return key_id, minted.secret
 
 

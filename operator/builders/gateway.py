@@ -1,7 +1,8 @@
 """The gateways: a Deployment of stateless ``shoal gateway`` pods and the Service tenants use.
 
 ``shoal gateway`` listens on a bootstrap port and one port per broker after
-it (broker ``n`` at 9093+n), so the Service has a port per broker: scaling
+it (broker ``n`` at 9093+n; with a client CA, the mutual-TLS listener too, at
+9292 and 9293+n), so the Service has a port per broker: scaling
 the brokers changes the Service and the gateways' upstream list, and rolls
 the gateways (one extra pod at a time, never fewer than asked for).
 """
@@ -29,6 +30,10 @@ from shoal.operator.cluster_spec import ClusterSpec
 COMPONENT: Final = "gateway"
 TLS_VOLUME: Final = "tls"
 TLS_DIR: Final = "/etc/shoal/tls"
+CLIENT_CA_VOLUME: Final = "client-ca"
+CLIENT_CA_DIR: Final = "/etc/shoal/client-ca"
+CLIENT_CA_KEY: Final = "ca.crt"
+"""The client CA Secret's key that is mounted (only it: a CA's Secret may hold its private key)."""
 
 
 def build_gateway(owner: Owner, spec: ClusterSpec, default_image: str) -> list[Manifest]:
@@ -47,9 +52,20 @@ def kafka_ports(spec: ClusterSpec) -> list[tuple[str, int]]:
     ]
 
 
+def mtls_ports(spec: ClusterSpec) -> list[tuple[str, int]]:
+    """(name, port) of the mutual-TLS bootstrap port and every broker's port after it;
+    none without a client CA."""
+    if spec.gateway_client_ca_secret is None:
+        return []
+    return [("mtls", endpoints.GATEWAY_MTLS_PORT)] + [
+        (f"mtls-broker-{n}", endpoints.gateway_mtls_broker_port(n)) for n in range(spec.brokers)
+    ]
+
+
 def _ports(spec: ClusterSpec) -> list[tuple[str, int]]:
     return [
         *kafka_ports(spec),
+        *mtls_ports(spec),
         ("http", endpoints.GATEWAY_HTTP_PORT),
         ("metrics", endpoints.METRICS_PORT),
     ]
@@ -67,6 +83,12 @@ def _env(owner: Owner, spec: ClusterSpec) -> list[dict[str, Any]]:
             {"name": "SHOAL_TLS_LISTEN", "value": listen},
             {"name": "SHOAL_TLS_CERT", "value": f"{TLS_DIR}/tls.crt"},
             {"name": "SHOAL_TLS_KEY", "value": f"{TLS_DIR}/tls.key"},
+        ]
+    if spec.gateway_client_ca_secret is not None:
+        # Same server certificate (SHOAL_TLS_CERT/KEY); clients sign in with theirs.
+        listeners += [
+            {"name": "SHOAL_MTLS_LISTEN", "value": f"0.0.0.0:{endpoints.GATEWAY_MTLS_PORT}"},
+            {"name": "SHOAL_TLS_CLIENT_CA", "value": f"{CLIENT_CA_DIR}/{CLIENT_CA_KEY}"},
         ]
     advertise = (
         spec.gateway_advertise_host or f"{endpoints.gateway_name(owner.name)}.{owner.namespace}.svc"
@@ -90,6 +112,17 @@ def _deployment(owner: Owner, spec: ClusterSpec, default_image: str) -> Manifest
     if spec.gateway_tls_secret is not None:
         mounts.append({"name": TLS_VOLUME, "mountPath": TLS_DIR, "readOnly": True})
         volumes.append({"name": TLS_VOLUME, "secret": {"secretName": spec.gateway_tls_secret}})
+    if spec.gateway_client_ca_secret is not None:
+        mounts.append({"name": CLIENT_CA_VOLUME, "mountPath": CLIENT_CA_DIR, "readOnly": True})
+        volumes.append(
+            {
+                "name": CLIENT_CA_VOLUME,
+                "secret": {
+                    "secretName": spec.gateway_client_ca_secret,
+                    "items": [{"key": CLIENT_CA_KEY, "path": CLIENT_CA_KEY}],
+                },
+            }
+        )
     container: dict[str, Any] = {
         "name": "gateway",
         "image": spec.image or default_image,

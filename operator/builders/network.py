@@ -81,11 +81,11 @@ def _rule(peers: list[dict[str, Any]] | None, ports: list[int]) -> dict[str, Any
 
 
 def _gateway_rule(spec: ClusterSpec) -> dict[str, Any]:
-    kafka = gateway.kafka_ports(spec)
+    # Each listener's bootstrap port and every broker's port after it, as one range.
+    ranges = [ports for ports in (gateway.kafka_ports(spec), gateway.mtls_ports(spec)) if ports]
     return {
         "ports": [
-            # The bootstrap port and every broker's port after it, as one range.
-            {"protocol": "TCP", "port": kafka[0][1], "endPort": kafka[-1][1]},
+            *({"protocol": "TCP", "port": p[0][1], "endPort": p[-1][1]} for p in ranges),
             {"protocol": "TCP", "port": endpoints.GATEWAY_HTTP_PORT},
             {"protocol": "TCP", "port": endpoints.METRICS_PORT},
         ]

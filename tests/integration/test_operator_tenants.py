@@ -14,6 +14,7 @@ import json
 import shutil
 import uuid
 from collections.abc import Iterator, Mapping
+from dataclasses import replace
 from typing import Any
 
 import aetcd
@@ -26,6 +27,7 @@ from raw_kafka import RawConnection, request_class
 from shoal.operator.endpoints import ClusterEndpoints
 from shoal.operator.kafka_admin import ClusterAdmin
 from shoal.operator.tenants import (
+    CertificateSubjectTakenError,
     KeySecret,
     TenantOutcome,
     TenantSpec,
@@ -34,6 +36,7 @@ from shoal.operator.tenants import (
     remove_tenant,
 )
 from shoal.operator.topics import TopicSpec, reconcile_topic
+from shoal.tenancy.keys import mint_key
 from shoal.tenancy.model import ApiKey, Operation, PatternType, Quotas, ResourceType
 from shoal.tenancy.store import MAX_TXN_OPS, TenancyStore
 
@@ -338,3 +341,95 @@ def test_removing_a_tenant_revokes_its_keys_and_deletes_its_topics_only(
     wait_until(lambda: not logs_in(cluster.gateway.bootstrap, secret), 5, "the key refused")
 
     on_the_cluster(cluster, lambda store, admin: remove_tenant(store, admin, doomed))  # no-op
+
+
+def subjects_of(cluster: GatewayCluster, tenant_name: str) -> dict[str, str | None]:
+    """The certificate subject of each live key of the tenant, by key id."""
+    keys = keys_of(cluster, tenant_name).values()
+    return {k.key_id: k.certificate_subject for k in keys if not k.revoked}
+
+
+def test_a_keys_certificate_subject_follows_the_spec(cluster: GatewayCluster) -> None:
+    def with_subjects(**subjects: str | None) -> TenantSpec:
+        keys = [
+            {"name": name} | ({"certificateSubject": s} if s is not None else {})
+            for name, s in subjects.items()
+        ]
+        return tenant("certs", keys=keys)
+
+    first = reconcile(cluster, with_subjects(a="CN=certs-a, O=acme", b=None), {})
+    known = stored(first)
+    a, b = known["a"].key_id, known["b"].key_id
+    assert subjects_of(cluster, "certs") == {a: "CN=certs-a,O=acme", b: None}
+    assert first.status["keys"] == [
+        {
+            "name": "a",
+            "keyId": a,
+            "secretName": "shoal-certs-a",
+            "certificateSubject": "CN=certs-a,O=acme",
+        },
+        {"name": "b", "keyId": b, "secretName": "shoal-certs-b"},
+    ]
+    # The Secret is the SASL one still: the client brings its own certificate.
+    assert "ssl.certificate.location" not in client_config(first, "a")
+
+    changed = reconcile(
+        cluster, with_subjects(a="CN=certs-a2,O=acme", b="CN=certs-b,O=acme"), known
+    )
+    assert stored(changed) == known  # the same keys, their subjects changed
+    assert subjects_of(cluster, "certs") == {a: "CN=certs-a2,O=acme", b: "CN=certs-b,O=acme"}
+
+    # A subject moves from one key to another of the same Tenant.
+    swapped = reconcile(
+        cluster, with_subjects(a="CN=certs-b,O=acme", b="CN=certs-a2,O=acme"), known
+    )
+    assert stored(swapped) == known
+    assert subjects_of(cluster, "certs") == {a: "CN=certs-b,O=acme", b: "CN=certs-a2,O=acme"}
+
+    cleared = reconcile(cluster, with_subjects(a=None, b="CN=certs-a2,O=acme"), known)
+    assert subjects_of(cluster, "certs") == {a: None, b: "CN=certs-a2,O=acme"}
+    assert "certificateSubject" not in cleared.status["keys"][0]
+
+    # The Secret of "b" was lost: its new key takes the subject, the old one is revoked.
+    replaced = stored(
+        reconcile(cluster, with_subjects(a=None, b="CN=certs-a2,O=acme"), {"a": known["a"]})
+    )
+    assert replaced["b"].key_id != b
+    assert subjects_of(cluster, "certs") == {a: None, replaced["b"].key_id: "CN=certs-a2,O=acme"}
+    assert keys_of(cluster, "certs")[b].revoked
+
+
+def test_a_certificate_subject_signs_in_as_one_key_only(cluster: GatewayCluster) -> None:
+    subject = "CN=shared,O=acme"
+    owner = tenant("cert-owner", keys=[{"name": "app", "certificateSubject": subject}])
+    known = stored(reconcile(cluster, owner, {}))
+
+    rival = tenant("cert-rival", keys=[{"name": "app", "certificateSubject": "CN=shared, O=acme"}])
+    with pytest.raises(CertificateSubjectTakenError) as refused:
+        reconcile(cluster, rival, {})
+    assert str(refused.value) == (
+        "spec.keys[app].certificateSubject: certificate subject 'CN=shared,O=acme'"
+        " already signs in as a key this Tenant does not manage"
+    )
+    assert subjects_of(cluster, "cert-rival") == {}  # refused before any key was made
+
+    # A key of the same tenant that the resource does not manage holds it too.
+    async def by_hand(store: TenancyStore, _admin: ClusterAdmin) -> None:
+        minted = mint_key("cert-owner", "made with the CLI", 0)
+        await store.add_key(replace(minted.key, certificate_subject="CN=by-hand,O=acme"), [])
+
+    on_the_cluster(cluster, by_hand)
+    wants_by_hand = tenant(
+        "cert-owner",
+        keys=[
+            {"name": "app", "certificateSubject": subject},
+            {"name": "x", "certificateSubject": "CN=by-hand,O=acme"},
+        ],
+    )
+    with pytest.raises(CertificateSubjectTakenError, match=r"spec\.keys\[x\]"):
+        reconcile(cluster, wants_by_hand, known)
+
+    # Once the owner lets go of it, the rival gets it.
+    reconcile(cluster, tenant("cert-owner", keys=[{"name": "app"}]), known)
+    claimed = stored(reconcile(cluster, rival, {}))
+    assert subjects_of(cluster, "cert-rival") == {claimed["app"].key_id: subject}

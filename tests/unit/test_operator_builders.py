@@ -42,7 +42,7 @@ FULL_SPEC: dict[str, Any] = {
         "replicas": 3,
         "serviceType": "LoadBalancer",
         "advertiseHost": "kafka.example.com",
-        "tls": {"secretName": "gateway-tls"},
+        "tls": {"secretName": "gateway-tls", "clientCASecretName": "client-ca"},
         "resources": {"requests": {"cpu": "500m"}},
     },
     "topicDefaults": {"min.insync.replicas": "2", "log.retention.ms": "86400000"},
@@ -353,13 +353,65 @@ def test_gateway_with_tls_listens_with_the_secrets_certificate() -> None:
     variables = env(container)
     assert variables["SHOAL_LISTEN"] == ""
     assert variables["SHOAL_TLS_LISTEN"] == "0.0.0.0:9092"
-    (tls_volume,) = [v for v in deployment["spec"]["template"]["spec"]["volumes"] if "secret" in v]
-    assert tls_volume["secret"]["secretName"] == "gateway-tls"
+    volumes = deployment["spec"]["template"]["spec"]["volumes"]
+    (tls_volume,) = [v for v in volumes if v.get("secret", {}).get("secretName") == "gateway-tls"]
     (mount,) = [m for m in container["volumeMounts"] if m["name"] == tls_volume["name"]]
     assert variables["SHOAL_TLS_CERT"] == f"{mount['mountPath']}/tls.crt"
     assert variables["SHOAL_TLS_KEY"] == f"{mount['mountPath']}/tls.key"
     assert variables["SHOAL_ADVERTISE_HOST"] == "kafka.example.com"
     assert one(docs, "Service", endpoints.gateway_name(NAME))["spec"]["type"] == "LoadBalancer"
+
+
+def test_gateway_with_a_client_ca_runs_the_mutual_tls_listener() -> None:
+    spec = {
+        "brokers": {"replicas": 64},
+        "gateway": {"tls": {"secretName": "gateway-tls", "clientCASecretName": "client-ca"}},
+    }
+    docs = children(spec)
+    deployment, container = gateway_parts(docs)
+    variables = env(container)
+    assert variables["SHOAL_TLS_LISTEN"] == "0.0.0.0:9092"
+    assert variables["SHOAL_MTLS_LISTEN"] == f"0.0.0.0:{endpoints.GATEWAY_MTLS_PORT}"
+    volumes = deployment["spec"]["template"]["spec"]["volumes"]
+    (ca_volume,) = [v for v in volumes if v.get("secret", {}).get("secretName") == "client-ca"]
+    # Only ca.crt: a CA's Secret may hold its private key too, which the gateway must not see.
+    assert ca_volume["secret"]["items"] == [{"key": "ca.crt", "path": "ca.crt"}]
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == ca_volume["name"]]
+    assert mount["readOnly"] is True
+    assert variables["SHOAL_TLS_CLIENT_CA"] == f"{mount['mountPath']}/ca.crt"
+    (tls_mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == "/etc/shoal/tls"]
+    assert variables["SHOAL_TLS_CERT"] == f"{tls_mount['mountPath']}/tls.crt"
+
+    service = one(docs, "Service", endpoints.gateway_name(NAME))
+    ports = {p["name"]: p["port"] for p in service["spec"]["ports"]}
+    mtls = {
+        "mtls": endpoints.GATEWAY_MTLS_PORT,
+        **{f"mtls-broker-{n}": endpoints.gateway_mtls_broker_port(n) for n in range(64)},
+    }
+    assert mtls.items() <= ports.items()
+    assert {p["name"]: p["containerPort"] for p in container["ports"]} == ports
+    # Even with the most brokers allowed, no two ports (of any listener) collide.
+    assert len(set(ports.values())) == len(ports)
+    for doc in docs:
+        kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
+
+    policy = one(docs, "NetworkPolicy", endpoints.gateway_name(NAME))
+    tenant = {"app": "some-client"}
+    for port in (9292, 9293, 9292 + 64):
+        assert admitted(policy, tenant, port, same_ns=True)
+    assert not admitted(policy, tenant, 9292 + 65, same_ns=True)
+
+
+def test_gateway_without_a_client_ca_has_no_mutual_tls_listener() -> None:
+    for spec in ({}, {"gateway": {"tls": {"secretName": "gateway-tls"}}}):
+        docs = children(spec)
+        deployment, container = gateway_parts(docs)
+        assert not {"SHOAL_MTLS_LISTEN", "SHOAL_TLS_CLIENT_CA"} & env(container).keys()
+        assert not [p for p in container["ports"] if p["name"].startswith("mtls")]
+        volumes = deployment["spec"]["template"]["spec"]["volumes"]
+        assert "client-ca" not in {v.get("secret", {}).get("secretName") for v in volumes}
+        policy = one(docs, "NetworkPolicy", endpoints.gateway_name(NAME))
+        assert not admitted(policy, {"app": "some-client"}, 9292, same_ns=True)
 
 
 def admitted(policy: dict[str, Any], peer: Mapping[str, str], port: int, *, same_ns: bool) -> bool:

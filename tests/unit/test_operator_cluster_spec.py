@@ -42,6 +42,7 @@ def test_empty_spec_gets_every_default_of_the_crd() -> None:
     assert spec.gateway_replicas == default("gateway", "replicas")
     assert spec.gateway_service_type == default("gateway", "serviceType")
     assert spec.gateway_tls_secret is None
+    assert spec.gateway_client_ca_secret is None
     assert spec.rack_label is None
     assert spec.broker_config == {}
     assert spec.topic_defaults == {}
@@ -64,7 +65,7 @@ def test_given_fields_are_read() -> None:
                 "replicas": 4,
                 "serviceType": "LoadBalancer",
                 "advertiseHost": "kafka.example.com",
-                "tls": {"secretName": "gateway-tls"},
+                "tls": {"secretName": "gateway-tls", "clientCASecretName": "client-ca"},
             },
             "topicDefaults": {"min.insync.replicas": "2"},
         }
@@ -83,6 +84,7 @@ def test_given_fields_are_read() -> None:
     assert spec.gateway_service_type == "LoadBalancer"
     assert spec.gateway_advertise_host == "kafka.example.com"
     assert spec.gateway_tls_secret == "gateway-tls"
+    assert spec.gateway_client_ca_secret == "client-ca"
     assert spec.topic_defaults == {"min.insync.replicas": "2"}
 
 
@@ -91,6 +93,14 @@ def test_given_fields_are_read() -> None:
     [
         ({"gateway": {"tls": {}}}, "spec.gateway.tls needs secretName"),
         ({"gateway": {"tls": {"secretName": ""}}}, "spec.gateway.tls.secretName"),
+        (
+            {"gateway": {"tls": {"clientCASecretName": "client-ca"}}},
+            "spec.gateway.tls.clientCASecretName needs spec.gateway.tls.secretName",
+        ),
+        (
+            {"gateway": {"tls": {"secretName": "tls", "clientCASecretName": ""}}},
+            "spec.gateway.tls.clientCASecretName must be a non-empty string",
+        ),
         ({"brokers": {"replicas": 0}}, "spec.brokers.replicas must be between 1 and 64"),
         ({"brokers": {"replicas": 65}}, "spec.brokers.replicas must be between 1 and 64"),
         ({"brokers": {"replicas": "3"}}, "spec.brokers.replicas must be an integer"),

@@ -30,6 +30,18 @@ def test_a_healthy_cluster_is_ready_with_its_counts() -> None:
     assert status["image"] == "shoal:2"
 
 
+def test_the_mutual_tls_bootstrap_is_shown_only_when_the_gateway_runs_that_listener() -> None:
+    endpoints = ClusterEndpoints(
+        "http://etcd/shoal", "b0:19092", "gw:9092", "http://gw:8080", "gw:9292"
+    )
+    with_ca = cluster_status(HEALTHY, 1, [], endpoints, None, settling=True, mtls=True)
+    assert with_ca["mtlsBootstrap"] == "gw:9292"
+    # None: the merge-patch removes a value an earlier spec (with a client CA) left.
+    without = cluster_status(HEALTHY, 1, [], endpoints, None, settling=True)
+    assert without["mtlsBootstrap"] is None
+    assert without["bootstrap"] == "gw:9092"
+
+
 def test_brokers_still_starting_after_a_change_are_reconciling_not_degraded() -> None:
     starting = ClusterHealth(desired=3, ready=1)
     status = cluster_status(starting, 1, [], ENDPOINTS, "shoal:1", settling=True)

@@ -40,6 +40,13 @@ def test_the_endpoints_file_names_clusters_then_any_then_falls_back_to_service_n
     path.write_text(json.dumps({"*": {**LOCAL, "brokers_bootstrap": "127.0.0.1:1"}}))
     assert resolve("other", "demo", 3).brokers_bootstrap == "127.0.0.1:1"
 
+    # The mutual-TLS bootstrap is optional in the file; Service names always have one.
+    assert resolve("other", "demo", 3).gateway_mtls_bootstrap is None
+    path.write_text(json.dumps({"*": {**LOCAL, "gateway_mtls_bootstrap": "127.0.0.1:9292"}}))
+    assert resolve("other", "demo", 3).gateway_mtls_bootstrap == "127.0.0.1:9292"
+    found = in_cluster_endpoints("streaming", "demo", 3)
+    assert found.gateway_mtls_bootstrap == "demo-gateway.streaming.svc:9292"
+
 
 def test_an_unreadable_endpoints_file_is_not_an_invalid_spec(tmp_path: Path) -> None:
     # Handlers turn ValueError into a permanent InvalidSpec; this one is retried.

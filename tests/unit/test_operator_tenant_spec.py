@@ -110,6 +110,45 @@ def test_bad_specs_are_refused(spec: dict[str, Any], complaint: str) -> None:
         tenant_spec(**spec)
 
 
+def test_certificate_subjects_are_read_in_their_canonical_spelling() -> None:
+    spec = tenant_spec(
+        keys=[
+            {"name": "app", "certificateSubject": "CN=orders, OU=apps, O=acme"},
+            {"name": "plain"},
+        ]
+    )
+    assert [(k.name, k.certificate_subject) for k in spec.keys] == [
+        ("app", "CN=orders,OU=apps,O=acme"),
+        ("plain", None),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("subject", "complaint"),
+    [
+        ("", "distinguished name"),
+        ("   ", "distinguished name"),
+        ("O=acme", "has no CN"),
+        ("CN=orders,,O=acme", "not an RFC 4514 name"),
+        (42, "distinguished name"),
+    ],
+)
+def test_bad_certificate_subjects_are_refused_naming_the_key(subject: Any, complaint: str) -> None:
+    with pytest.raises(ValueError, match=r"^spec\.keys\[app\]\.certificateSubject: .*" + complaint):
+        tenant_spec(keys=[{"name": "app", "certificateSubject": subject}])
+
+
+def test_two_keys_of_a_spec_cannot_share_a_certificate_subject() -> None:
+    with pytest.raises(ValueError, match="certificateSubject of its own"):
+        tenant_spec(
+            keys=[
+                {"name": "a", "certificateSubject": "CN=orders,O=acme"},
+                # The same subject, spelt otherwise.
+                {"name": "b", "certificateSubject": "CN=orders, O=acme"},
+            ]
+        )
+
+
 def test_only_keys_marked_by_this_resource_are_its_own() -> None:
     spec = tenant_spec(keys=[{"name": "app"}])
     mine = ApiKey("K1", "acme", "h", 0, "k8s:team/acme/app payments service")
