@@ -9,6 +9,10 @@ with a tenant's key. What a user would check:
 * records produced while members join and leave are each read once (every
   member commits each record before it takes the next, so a partition that
   moves is resumed exactly where its previous owner stopped);
+* while a steady stream is read, a member joins and later another leaves:
+  the members that stay keep reading the partitions they keep, never
+  waiting as long as a heartbeat interval for a record (no group-wide stop,
+  as a classic eager rebalance has);
 * a group that stops and starts again resumes from its commits;
 * a member that goes silent loses its partitions after the session timeout;
 * a classic group and a consumer group read the same topic side by side;
@@ -25,6 +29,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
+from itertools import pairwise
 from typing import Any
 
 import pytest
@@ -57,9 +62,11 @@ def direct(cluster: GatewayCluster) -> dict[str, Any]:
     return {"bootstrap.servers": cluster.internal_bootstrap}
 
 
-def create(config: dict[str, Any], name: str, partitions: int = PARTITIONS) -> str:
+def create(
+    config: dict[str, Any], name: str, partitions: int = PARTITIONS, replicas: int = 3
+) -> str:
     admin = AdminClient(config)
-    admin.create_topics([NewTopic(name, partitions, 3)])[name].result(30)
+    admin.create_topics([NewTopic(name, partitions, replicas)])[name].result(30)
     return name
 
 
@@ -74,12 +81,18 @@ class Member:
     """A librdkafka consumer with group.protocol=consumer, polling in its own thread.
 
     It commits each record synchronously before it polls the next, so whoever
-    takes one of its partitions over resumes right after its last record.
+    takes one of its partitions over resumes right after its last record
+    (``commit=False``: it commits nothing). ``read_at[i]`` is when
+    (``time.monotonic()``) it read ``records[i]``.
     """
 
-    def __init__(self, config: dict[str, Any], group: str, topic: str, name: str) -> None:
+    def __init__(
+        self, config: dict[str, Any], group: str, topic: str, name: str, commit: bool = True
+    ) -> None:
         self.name = name
+        self.commit = commit
         self.records: list[tuple[int, int, str]] = []
+        self.read_at: list[float] = []
         self.errors: list[str] = []
         self.partitions: frozenset[int] = frozenset()
         self.stale_commits = 0
@@ -111,8 +124,10 @@ class Member:
                     continue
                 value = message.value()
                 assert value is not None
+                self.read_at.append(time.monotonic())
                 self.records.append((message.partition(), message.offset(), value.decode()))
-                self._commit(message)
+                if self.commit:
+                    self._commit(message)
         finally:
             consumer.close()
 
@@ -198,6 +213,115 @@ def test_members_join_and_leave_without_losing_or_repeating_a_record(
         ]
     finally:
         again.stop()
+
+
+STREAM_INTERVAL_S = 0.1
+"""The steady producer writes one record to each partition this often: 60 records/s, light
+for a busy machine, and frequent enough that a pause shows. (A member that falls behind reads
+its backlog a partition at a time, and the gaps on each partition then measure the backlog,
+not the rebalance.)"""
+NO_PAUSE_S = HEARTBEAT_MS / 1000 + STREAM_INTERVAL_S
+"""The longest a member may go without a record on a partition it keeps while the group
+rebalances, 0.6 s. Every step of a KIP-848 rebalance reaches a member at a heartbeat, every
+HEARTBEAT_MS (500 ms); a member held up by one (giving up its partitions and being given them
+back, as in a classic eager rebalance, which stops every member for seconds) would miss the
+records of at least one heartbeat interval on top of the producer's spacing. Reading that
+carries on shows gaps of the spacing plus scheduling: 0.10-0.35 s measured."""
+QUIET_S = 1.5
+"""How long the group reads steadily before each change."""
+
+
+def longest_gap(member: Member, partitions: frozenset[int], start: float, end: float) -> float:
+    """The longest time in [start, end] the member went without reading a record of one of
+    ``partitions``; the gap the window opens in counts whole, as does one it ends in (a
+    partition not read at all in the window gives ``end - start``)."""
+    reads = list(zip(member.read_at, (p for p, _, _ in member.records), strict=False))
+    longest = 0.0
+    for partition in partitions:
+        times = sorted(t for t, p in reads if p == partition)
+        before = [t for t in times if t <= start]
+        points = [before[-1] if before else start, *(t for t in times if start < t < end), end]
+        longest = max(longest, *(b - a for a, b in pairwise(points)))
+    return longest
+
+
+def test_members_that_keep_their_partitions_do_not_pause_while_others_join_and_leave(
+    cluster: GatewayCluster,
+) -> None:
+    """A producer writes a steady stream; a member joins, then another leaves. Each member
+    that stays must keep reading the partitions it owned both before and after the change,
+    its longest gap on them during the rebalance under NO_PAUSE_S."""
+    config = direct(cluster)
+    # One replica: a record is readable once its leader has it, so the gaps measure the
+    # group, not replication on a busy machine.
+    topic = create(config, f"kip848-steady-{uuid.uuid4().hex[:6]}", replicas=1)
+    group = f"kip848-steady-{uuid.uuid4().hex[:6]}"
+    stop_stream = threading.Event()
+
+    def stream() -> None:
+        producer = Producer({**config, "acks": "all", "linger.ms": 0})
+        sequence = 0
+        due = time.monotonic()
+        while not stop_stream.is_set():
+            for partition in range(PARTITIONS):
+                producer.produce(topic, str(sequence).encode(), partition=partition)
+                sequence += 1
+            producer.poll(0)
+            due += STREAM_INTERVAL_S
+            time.sleep(max(0.0, due - time.monotonic()))
+        producer.flush(10)
+
+    streamer = threading.Thread(target=stream, name="stream", daemon=True)
+    # No commits: a commit racing the heartbeat that moves a member to a new epoch is refused
+    # (STALE_MEMBER_EPOCH) and retried, which on a loaded machine has held a member's
+    # partitions up for about a second; that is the commit path, not the rebalance.
+    members = [Member(config, group, topic, name, commit=False) for name in ("a", "b")]
+    gaps: dict[str, float] = {}
+    quiet: dict[str, float] = {}  # the same before the change, for the failure message
+
+    def rebalance(
+        change: str,
+        start: float,
+        stayed: list[Member],
+        after: list[Member],
+        before: dict[str, frozenset[int]],
+    ) -> None:
+        """Called just after the change made at ``start``: waits for the group to settle, then
+        notes each stayed member's longest gap on the partitions it kept."""
+        wait_until(lambda: settled(after), SETTLE_S, f"the group to settle after the {change}")
+        time.sleep(1.0)  # and a little after: a late stop would show
+        end = time.monotonic()
+        for member in stayed:
+            kept = before[member.name] & member.partitions
+            assert kept, f"{member.name} kept no partition over the {change}: nothing to check"
+            gaps[f"{change}/{member.name}"] = longest_gap(member, kept, start, end)
+            quiet[f"{change}/{member.name}"] = longest_gap(member, kept, start - QUIET_S, start)
+
+    streamer.start()
+    try:
+        wait_until(lambda: settled(members), SETTLE_S, "two members to share six partitions")
+        wait_until(lambda: all(m.records for m in members), SETTLE_S, "both members to read")
+
+        time.sleep(QUIET_S)  # reading steadily before the change
+        before = {m.name: m.partitions for m in members}
+        start = time.monotonic()
+        members.append(Member(config, group, topic, "c", commit=False))
+        rebalance("join", start, members[:2], members, before)
+
+        time.sleep(QUIET_S)
+        before = {m.name: m.partitions for m in members}
+        start = time.monotonic()
+        members[0].stop()
+        rebalance("leave", start, members[1:], members[1:], before)
+
+        print(f"longest gaps on kept partitions: {gaps}, before the changes: {quiet}")
+        assert max(gaps.values()) < NO_PAUSE_S, f"rebalancing {gaps}, quiet {quiet}"
+        assert not [e for m in members for e in m.errors]
+    finally:
+        stop_stream.set()
+        streamer.join(30)
+        for member in members:
+            member.stop()
 
 
 def test_the_gateway_maps_the_group_and_its_topics_into_the_tenant(
