@@ -23,30 +23,29 @@ from typing import Final
 
 import typer
 
-_COMPONENTS: Final = {
-    "broker": "shoal.cli.broker",
-    "gateway": "shoal.cli.gateway",
-    "operator": "shoal.cli.operator",
+_COMMANDS: Final = {
+    # name: (module, attribute); a typer.Typer attribute is a group of subcommands.
+    "broker": ("shoal.cli.broker", "broker"),
+    "dev": ("shoal.cli.dev", "dev"),
+    "gateway": ("shoal.cli.gateway", "gateway"),
+    "operator": ("shoal.cli.operator", "operator"),
+    "produce": ("shoal.cli.records", "produce"),
+    "consume": ("shoal.cli.records", "consume"),
+    "rack-of-node": ("shoal.cli.rack", "rack_of_node_command"),
+    "topic": ("shoal.cli.topic", "topic_app"),
+    "bench": ("shoal.cli.bench", "bench_app"),
+    "group": ("shoal.cli.group", "group_app"),
+    "txn": ("shoal.cli.txn", "txn_app"),
+    "history": ("shoal.cli.history", "history_app"),
+    "tenant": ("shoal.cli.tenancy", "tenant_app"),
+    "key": ("shoal.cli.tenancy", "key_app"),
+    "acl": ("shoal.cli.tenancy", "acl_app"),
+    "quota": ("shoal.cli.tenancy", "quota_app"),
+    "oauth": ("shoal.cli.oauth", "oauth_app"),
 }
-"""The commands that run a component, and the module of each."""
 
 
-def build_app() -> typer.Typer:
-    """The whole command: every component, client and tool."""
-    from shoal.cli.bench import bench_app  # noqa: PLC0415
-    from shoal.cli.broker import broker  # noqa: PLC0415
-    from shoal.cli.dev import dev  # noqa: PLC0415
-    from shoal.cli.gateway import gateway  # noqa: PLC0415
-    from shoal.cli.group import group_app  # noqa: PLC0415
-    from shoal.cli.history import history_app  # noqa: PLC0415
-    from shoal.cli.oauth import oauth_app  # noqa: PLC0415
-    from shoal.cli.operator import operator  # noqa: PLC0415
-    from shoal.cli.rack import rack_of_node_command  # noqa: PLC0415
-    from shoal.cli.records import consume, produce  # noqa: PLC0415
-    from shoal.cli.tenancy import acl_app, key_app, quota_app, tenant_app  # noqa: PLC0415
-    from shoal.cli.topic import topic_app  # noqa: PLC0415
-    from shoal.cli.txn import txn_app  # noqa: PLC0415
-
+def _new_app() -> typer.Typer:
     app = typer.Typer(
         name="shoal",
         help="Shoal: multi-tenant, Kafka-compatible event streaming.",
@@ -54,36 +53,42 @@ def build_app() -> typer.Typer:
         add_completion=False,
         pretty_exceptions_enable=False,
     )
-    app.command()(broker)
-    app.command()(dev)
-    app.command()(gateway)
-    app.command()(operator)
-    app.command()(produce)
-    app.command()(consume)
-    app.command(name="rack-of-node")(rack_of_node_command)
-    app.add_typer(topic_app, name="topic")
-    app.add_typer(bench_app, name="bench")
-    app.add_typer(group_app, name="group")
-    app.add_typer(txn_app, name="txn")
-    app.add_typer(history_app, name="history")
-    app.add_typer(tenant_app, name="tenant")
-    app.add_typer(key_app, name="key")
-    app.add_typer(acl_app, name="acl")
-    app.add_typer(quota_app, name="quota")
-    app.add_typer(oauth_app, name="oauth")
+    # A callback keeps the app a group of commands even with one command in it,
+    # which typer would otherwise run as the app itself.
+    app.callback()(_no_options)
+    return app
+
+
+def _no_options() -> None:
+    """The app's own options: none but --help."""
+
+
+def _add(app: typer.Typer, name: str) -> None:
+    module, attribute = _COMMANDS[name]
+    command = getattr(importlib.import_module(module), attribute)
+    if isinstance(command, typer.Typer):
+        app.add_typer(command, name=name)
+    else:
+        app.command(name=name)(command)
+
+
+def build_app(only: str | None = None) -> typer.Typer:
+    """The command with every component, client and tool, or with ``only`` one of them.
+
+    Each command's module is imported only when the command is wanted: a component
+    starts on every pod (re)start and by the hundred in the tests, and a client
+    command is typed by a person waiting for it; loading every other command costs
+    about a second of imports. Flags, help and errors are the same either way.
+    """
+    app = _new_app()
+    for name in [only] if only is not None else _COMMANDS:
+        _add(app, name)
     return app
 
 
 def main() -> None:
-    args = sys.argv[1:]
-    if args and args[0] in _COMPONENTS:
-        # A component starts on every pod (re)start, and by the hundred in the tests:
-        # it loads its own command only, not every client and tool of the CLI (about
-        # 0.4 s of imports). Its flags, help and errors are the same either way.
-        name = args[0]
-        command = getattr(importlib.import_module(_COMPONENTS[name]), name)
-        alone = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
-        alone.command(name=name)(command)
-        alone(args=args[1:], prog_name=f"shoal {name}")
+    wanted = sys.argv[1] if len(sys.argv) > 1 else None
+    if wanted in _COMMANDS:
+        build_app(only=wanted)(args=sys.argv[1:], prog_name="shoal")
         return
     build_app()()
