@@ -172,6 +172,7 @@ class Broker:
             logs.start()
             groups.start()
             transactions.start()
+            producer_ids.start()
             admin = TopicAdmin(
                 store,
                 cache,
@@ -199,6 +200,7 @@ class Broker:
                 await services.forwarder.close()
                 await services.verifier.close()
                 await transactions.close()
+                await producer_ids.close()
                 await markers.close()
                 await groups.close()
                 await replicas.close()

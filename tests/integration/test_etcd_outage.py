@@ -4,7 +4,9 @@ Three brokers on an etcd of their own (this module stops and starts it).
 While etcd is down nothing can change leadership or the ISR, but partitions
 whose replicas are all in step need neither: acks=all writes go on being
 acknowledged and read back, also after the brokers' session timeout has
-passed without a renewal (shoal.broker.cluster.session). When etcd returns the cluster carries on. A
+passed without a renewal (shoal.broker.cluster.session), and an idempotent
+producer started during the outage gets its producer id from the block its
+broker fetched ahead. When etcd returns the cluster carries on. A
 broker sent SIGTERM while etcd is gone skips its controlled shutdown (no
 one can move its leadership) and exits rather than waiting on etcd.
 """
@@ -13,11 +15,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
 from harness import BrokerProcess, EtcdServer, start_all
+from raw_kafka import RawConnection, request_class
 from replicated import Cluster, read_all
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -56,15 +60,12 @@ def test_leaders_serve_through_an_etcd_outage_and_brokers_still_stop(
         cluster = Cluster(brokers)
         topic = cluster.create_topic("steady", 3, **{"min.insync.replicas": "2"})
         cluster.wait_full_isr(topic)
-        # One producer throughout, as an application has: a new idempotent producer may
-        # need a producer id block from etcd, which Kafka's would need from its quorum.
-        producer = Producer(
-            {
-                "bootstrap.servers": cluster.bootstrap,
-                "enable.idempotence": True,
-                "message.timeout.ms": 20_000,
-            }
-        )
+        settings = {
+            "bootstrap.servers": cluster.bootstrap,
+            "enable.idempotence": True,
+            "message.timeout.ms": 20_000,
+        }
+        producer = Producer(settings)
         before = [b"before-%d" % i for i in range(100)]
         assert produce(producer, topic, before) == len(before)
 
@@ -75,13 +76,32 @@ def test_leaders_serve_through_an_etcd_outage_and_brokers_still_stop(
         time.sleep(SESSION_TIMEOUT_S + 3)
         during = [b"during-%d" % i for i in range(100)]
         assert produce(producer, topic, during) == len(during)
+        # Started now: its InitProducerId is served from a block fetched before etcd left,
+        # whichever broker it asks; so is one asked of each broker.
+        newcomer = [b"newcomer-%d" % i for i in range(50)]
+        assert produce(Producer(settings), topic, newcomer) == len(newcomer)
+        init_producer_id = request_class(22, 4)
+        given = []
+        for broker in brokers:
+            with RawConnection(broker.bootstrap) as connection:
+                answer = connection.call(
+                    init_producer_id(
+                        transactional_id=None,
+                        transaction_timeout=timedelta(seconds=60),
+                        producer_id=-1,
+                        producer_epoch=-1,
+                    )
+                )
+            assert answer.error_code == 0, (broker.node_id, answer)
+            given.append(answer.producer_id)
+        assert len(set(given)) == len(brokers), given
 
         own_etcd.start()
         after = [b"after-%d" % i for i in range(100)]
         assert produce(producer, topic, after) == len(after)
         stored = read_all(cluster.bootstrap, topic, 3)
         values = sorted(value for records in stored.values() for _, value in records)
-        assert values == sorted(before + during + after)
+        assert values == sorted(before + during + newcomer + after)
 
         own_etcd.process.kill()  # type: ignore[union-attr]
         own_etcd.process.wait()  # type: ignore[union-attr]
