@@ -20,10 +20,17 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
+from shoal.gateway.mutation_quota import MutationQuotas, MutationVerdict
 from shoal.gateway.quota_shares import TrafficLedger
 from shoal.gateway.quotas import FetchTicket, QuotaManager
+
+if TYPE_CHECKING:
+    from shoal.gateway.access import TenantAccess
+    from shoal.gateway.apis.base import MutationCharger
+    from shoal.gateway.server import GatewayServices
 
 
 class QuotaWaitError(Exception):
@@ -42,10 +49,12 @@ class Admission:
         quotas: QuotaManager,
         traffic: TrafficLedger,
         clock: Callable[[], float] = time.monotonic,
+        mutations: MutationQuotas | None = None,
     ) -> None:
         self.quotas = quotas
         self.traffic = traffic
         self._clock = clock
+        self.mutations = mutations if mutations is not None else MutationQuotas()
         self._produce_queues: dict[str, asyncio.Lock] = {}
         self._fetch_queues: dict[str, asyncio.Lock] = {}
 
@@ -98,6 +107,21 @@ class Admission:
             raise QuotaWaitError(wait)
         return self.quotas.fetch_admission(tenant, limit, now)
 
+    def mutate(
+        self, tenant: str, costs: Sequence[int], limit: float | None, strict: bool
+    ) -> MutationVerdict:
+        """Charge a topic request's partition mutations (:mod:`shoal.gateway.mutation_quota`).
+
+        Never waits: a strict request is refused topic by topic, a permissive one
+        answered with a throttle the connection then waits out.
+        """
+        verdict = self.mutations.charge(tenant, costs, limit, strict, self._clock())
+        if limit is not None:
+            self.traffic.admitted(
+                "mutations", tenant, verdict.charged, waited=verdict.throttle_ms > 0
+            )
+        return verdict
+
     def fetched(self, ticket: FetchTicket | None, nbytes: int) -> int:
         """Settle a fetch with its answer's size; the throttle (ms) the answer carries."""
         if ticket is None:
@@ -111,3 +135,19 @@ def _queue(queues: dict[str, asyncio.Lock], tenant: str) -> asyncio.Lock:
     if lock is None:
         lock = queues[tenant] = asyncio.Lock()
     return lock
+
+
+def mutation_charger(services: GatewayServices, access: TenantAccess) -> MutationCharger:
+    """The tenant's controller mutation quota as the rewriters charge it: this replica's
+    share of ``controller_mutation_rate``; every refused topic is counted in
+    ``shoal_gateway_limit_refusals_total{limit="controller_mutations"}``."""
+    tenant = access.tenant
+
+    def charge(costs: Sequence[int], strict: bool) -> MutationVerdict:
+        limit = services.shares.share("mutations", tenant, access.quotas.controller_mutation_rate)
+        verdict = services.admission.mutate(tenant, costs, limit, strict)
+        for _ in verdict.refused:
+            services.metrics.limit_refused(tenant, "controller_mutations")
+        return verdict
+
+    return charge

@@ -28,6 +28,13 @@ that second. Each replica's bucket also lets a quiet tenant burst one window
 of its part, so over any span T a tenant gets at most ``quota * T`` plus two
 windows plus one round's change, however its connections are spread.
 
+The controller mutation quota (``controller_mutation_rate``,
+:mod:`shoal.gateway.mutation_quota`) is split the same way as a third
+"direction": partitions mutated a second, and whether a topic was refused or
+a request throttled. Its buckets burst 11 seconds of their part (Kafka's), so
+the bound there is ``quota * T`` plus 11 seconds of the quota plus one
+round's change, plus, per replica, the one topic that may overdraw a bucket.
+
 Cost: one etcd put and one range read per replica per second, of a size
 proportional to the tenants with quotas and traffic there.
 """
@@ -39,8 +46,9 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-Direction = Literal["produce", "fetch"]
-DIRECTIONS: Final[tuple[Direction, ...]] = ("produce", "fetch")
+Direction = Literal["produce", "fetch", "mutations"]
+"""Bytes produced, bytes fetched, and partitions created or deleted (controller mutations)."""
+DIRECTIONS: Final[tuple[Direction, ...]] = ("produce", "fetch", "mutations")
 
 HEADROOM: Final = 1.25
 """A replica that did not wait gets its last second's rate times this."""
@@ -53,7 +61,7 @@ class Load:
     """One replica's traffic for one tenant and direction over the last report."""
 
     rate: float
-    """Bytes per second let through."""
+    """Bytes (for mutations: partitions) per second let through."""
     waited: bool
     """Whether any request had to wait (or, over HTTP, was told to come back)."""
 

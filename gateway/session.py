@@ -32,7 +32,10 @@ the tenant's, shared by all its connections). A produce is charged its size
 then, a fetch reserves what it may ask for and is charged its answer's size on
 the way back. The answer carries the larger of the broker's and the gateway's
 ``throttle_time_ms``, and the connection is not read again until the
-gateway's throttle has passed (KIP-219).
+gateway's throttle has passed (KIP-219). CreateTopics, CreatePartitions and
+DeleteTopics are charged to the tenant's controller mutation quota by their
+rewriters (:mod:`shoal.gateway.mutation_quota`); the throttle they report
+(:attr:`~shoal.gateway.apis.base.Forward.throttle_ms`) is merged and muted alike.
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Final
 
 from shoal.gateway.access import TenantAccess
+from shoal.gateway.admission import mutation_charger
 from shoal.gateway.apis import (
     API_VERSIONS,
     REWRITERS,
@@ -674,6 +678,7 @@ class ClientSession:
             acl_store=services.acl_store,
             fetch_cap=None if ticket is None else ticket.reserved,
             tenant_keys=services.tenancy.tenant_keys,
+            charge_mutations=mutation_charger(services, access),
         )
         _, rewrite = REWRITERS[header.api_key]
         try:
@@ -683,6 +688,9 @@ class ClientSession:
             if trace is not None:
                 trace.abandon(str(exc))
             raise
+        if step.throttle_ms > 0:
+            throttle_ms = max(throttle_ms, step.throttle_ms)
+            self._mute(step.throttle_ms)
         if isinstance(step, Answer):
             services.admission.fetched(ticket, 0)
             if trace is not None:

@@ -51,7 +51,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Final
 
 from shoal.gateway.access import TenantAccess
-from shoal.gateway.admission import QuotaWaitError
+from shoal.gateway.admission import QuotaWaitError, mutation_charger
 from shoal.gateway.apis import REWRITERS
 from shoal.gateway.apis.base import Answer, Lookups, RequestContext
 from shoal.gateway.cluster_view import BrokerAddress
@@ -248,6 +248,7 @@ class TenantClient:
             quota_store=self.services.quota_store,
             acl_store=self.services.acl_store,
             fetch_cap=fetch_cap,
+            charge_mutations=mutation_charger(self.services, self.access),
         )
         _, rewrite = REWRITERS[api_key]
         step = await rewrite(ctx, entity.request(**fields))

@@ -205,11 +205,20 @@ def _quotas(quotas: Mapping[str, Any]) -> Quotas:
             raise ValueError(f"spec.quotas.{field_name}: a whole number of at least {low}")
         return value
 
+    def rate(field_name: str) -> float | None:
+        value = quotas.get(field_name)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+            raise ValueError(f"spec.quotas.{field_name}: a number greater than 0")
+        return float(value)
+
     return Quotas(
         limit("producerByteRate", 1),
         limit("consumerByteRate", 1),
         limit("maxPartitions", 0),
         limit("maxConnections", 1),
+        rate("controllerMutationRate"),
     )
 
 

@@ -148,6 +148,9 @@ class Quotas:
     max_partitions: int | None = None
     max_connections: int | None = None
     """Open Kafka connections over all gateway replicas; more are refused at login."""
+    controller_mutation_rate: float | None = None
+    """Partitions a second the tenant may create or delete (CreateTopics, CreatePartitions,
+    DeleteTopics): Kafka's KIP-599 quota, a token bucket bursting 11 seconds' worth."""
 
 
 @dataclass(frozen=True, slots=True)

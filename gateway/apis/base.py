@@ -23,6 +23,7 @@ from datetime import timedelta
 from typing import Any, Final, Protocol
 
 from shoal.gateway.access import TenantAccess
+from shoal.gateway.mutation_quota import UNLIMITED, MutationVerdict
 from shoal.gateway.namespace import Namespace
 from shoal.tenancy.model import AclBinding, ApiKey, Quotas
 
@@ -87,6 +88,16 @@ class AclStore(Protocol):
     async def remove(self, tenant: str, bindings: Sequence[AclBinding]) -> None: ...
 
 
+def _no_mutation_quota(costs: Sequence[int], strict: bool) -> MutationVerdict:
+    del costs, strict
+    return UNLIMITED
+
+
+MutationCharger = Callable[[Sequence[int], bool], MutationVerdict]
+"""Charges a request's topics (partitions each, in order) to the tenant's controller
+mutation quota, strictly or permissively (:mod:`shoal.gateway.mutation_quota`)."""
+
+
 @dataclass(frozen=True, slots=True)
 class RequestContext:
     access: TenantAccess
@@ -98,6 +109,9 @@ class RequestContext:
     acl_store: AclStore = field(kw_only=True)
     tenant_keys: Callable[[str], Sequence[ApiKey]] = field(default=lambda _tenant: (), kw_only=True)
     """A tenant's API keys as the gateway last read them (the SCRAM credential APIs)."""
+    charge_mutations: MutationCharger = field(default=_no_mutation_quota, kw_only=True)
+    """The tenant's ``controller_mutation_rate`` budget (CreateTopics, CreatePartitions,
+    DeleteTopics); the default is unlimited."""
 
     @property
     def version(self) -> int:
@@ -119,6 +133,9 @@ class Forward:
     request: Any
     finish: Callable[[Any], Any] = field(default=_identity)
     expects_response: bool = True
+    throttle_ms: int = 0
+    """The gateway's own throttle for this request (a controller mutation quota): the
+    answer carries at least this ``throttle_time_ms`` and the connection is muted."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +143,8 @@ class Answer:
     """Answer the client without the broker."""
 
     response: Any
+    throttle_ms: int = 0
+    """As :attr:`Forward.throttle_ms`."""
 
 
 Step = Forward | Answer

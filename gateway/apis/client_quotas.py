@@ -2,8 +2,9 @@
 
 Shoal's quotas are per tenant, so the one entity type is ``user`` and its
 name is the tenant (``kafka-configs --entity-type users --entity-name acme``).
-Keys are Kafka's ``producer_byte_rate`` and ``consumer_byte_rate``, plus
-Shoal's ``max_partitions``. Only keys made with ``--platform-admin`` may use
+Keys are Kafka's ``producer_byte_rate``, ``consumer_byte_rate`` and
+``controller_mutation_rate`` (partitions a second, KIP-599), plus Shoal's
+``max_partitions``. Only keys made with ``--platform-admin`` may use
 these APIs, because they see and change every tenant; any other key gets
 CLUSTER_AUTHORIZATION_FAILED. The gateway answers them itself from the
 tenancy records; no broker is involved.
@@ -25,6 +26,7 @@ _KEYS: Final = {
     "producer_byte_rate": "producer_byte_rate",
     "consumer_byte_rate": "consumer_byte_rate",
     "max_partitions": "max_partitions",
+    "controller_mutation_rate": "controller_mutation_rate",
 }
 _ADMIN_ONLY: Final = "client quotas are for platform admin keys only"
 

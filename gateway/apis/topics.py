@@ -14,6 +14,15 @@ POLICY_VIOLATION for the topics that do not fit, checked in request order.
 The count is read from the brokers just before the check, so two requests
 racing from two connections can both pass it; the limit is a guard against
 mistakes and runaway scripts, not a hard reservation.
+
+A tenant with ``controller_mutation_rate`` (Kafka's KIP-599 quota) is charged
+the partitions each topic creates or deletes, in request order, after the
+checks above (:mod:`shoal.gateway.mutation_quota`): at CreateTopics v6+,
+CreatePartitions v3+ and DeleteTopics v5+ a topic over the quota is refused
+with THROTTLING_QUOTA_EXCEEDED; older versions are let through and throttled.
+Either way the answer's ``throttle_time_ms`` says how long until the quota has
+room again, and the connection is muted that long (KIP-219). validate_only
+requests are charged too, as Kafka 4.3 (KRaft) charges them.
 """
 
 from __future__ import annotations
@@ -35,9 +44,14 @@ from shoal.gateway.apis.base import (
     scrubbed,
 )
 from shoal.gateway.apis.broker_configs import tenant_view
+from shoal.gateway.mutation_quota import MutationVerdict
 from shoal.tenancy.model import Operation
 
 TOPIC_RESOURCE: Final = 2
+STRICT_CREATE_TOPICS: Final = 6
+STRICT_CREATE_PARTITIONS: Final = 3
+STRICT_DELETE_TOPICS: Final = 5
+"""The first versions of each API whose clients know THROTTLING_QUOTA_EXCEEDED (KIP-599)."""
 BROKER_RESOURCE: Final = 4
 BROKER_LOGGER_RESOURCE: Final = 8
 
@@ -59,6 +73,22 @@ def _over_limit(limit: int, held: int, adding: int) -> str:
     )
 
 
+def _over_mutation_quota(rate: float, throttle_ms: int) -> str:
+    return (
+        f"the tenant's controller_mutation_rate quota ({rate:g} partitions/s) is used up;"
+        f" retry in {throttle_ms} ms"
+    )
+
+
+def _charge_mutations(
+    ctx: RequestContext, costs: list[int], strict_since: int
+) -> tuple[MutationVerdict, str]:
+    """Charge the topics' partition counts; the verdict and the refusals' message."""
+    verdict = ctx.charge_mutations(costs, ctx.version >= strict_since)
+    rate = ctx.access.quotas.controller_mutation_rate or 0.0
+    return verdict, _over_mutation_quota(rate, verdict.throttle_ms)
+
+
 async def create_topics(ctx: RequestContext, request: Any) -> Step:
     api, ns, access = ctx.api, ctx.ns, ctx.access
     may_create_any = access.may_cluster(Operation.CREATE)
@@ -72,11 +102,14 @@ async def create_topics(ctx: RequestContext, request: Any) -> Step:
         else:
             refused.append((topic.name, E.topic_authorization_failed, None))
     limit = access.quotas.max_partitions
-    if limit is not None and allowed:
-        held = sum((await _tenant_partitions(ctx)).values())
+    metered = access.quotas.controller_mutation_rate is not None
+    sizes: Mapping[str, int] = {}
+    if allowed and (limit is not None or metered):
         sizes = await ctx.lookups.created_partitions(
             replace(request, topics=tuple(allowed)), ctx.version
         )
+    if limit is not None and allowed:
+        held = sum((await _tenant_partitions(ctx)).values())
         fitting = []
         for topic in allowed:
             adding = sizes.get(topic.name, 0)
@@ -88,6 +121,18 @@ async def create_topics(ctx: RequestContext, request: Any) -> Step:
                 held += adding
                 fitting.append(topic)
         allowed = fitting
+    throttle_ms = 0
+    if metered and allowed:
+        verdict, message = _charge_mutations(
+            ctx, [sizes.get(t.name, 0) for t in allowed], STRICT_CREATE_TOPICS
+        )
+        throttle_ms = verdict.throttle_ms
+        refused.extend(
+            (ns.outward(t.name), E.throttling_quota_exceeded, message)
+            for i, t in enumerate(allowed)
+            if i in verdict.refused
+        )
+        allowed = [t for i, t in enumerate(allowed) if i not in verdict.refused]
     refusals = tuple(
         api.make(
             "CreatableTopicResult",
@@ -103,12 +148,12 @@ async def create_topics(ctx: RequestContext, request: Any) -> Step:
         for name, code, message in refused
     )
     if not allowed:
-        return Answer(api.response(throttle_time=NO_THROTTLE, topics=refusals))
+        return Answer(api.response(throttle_time=NO_THROTTLE, topics=refusals), throttle_ms)
 
     def finish(response: Any) -> Any:
         return replace(response, topics=rename_topics(response.topics, ns) + refusals)
 
-    return Forward(replace(request, topics=tuple(allowed)), finish)
+    return Forward(replace(request, topics=tuple(allowed)), finish, throttle_ms=throttle_ms)
 
 
 async def create_partitions(ctx: RequestContext, request: Any) -> Step:
@@ -121,24 +166,44 @@ async def create_partitions(ctx: RequestContext, request: Any) -> Step:
         else:
             refused.append((topic.name, E.topic_authorization_failed, None))
     limit = access.quotas.max_partitions
-    if limit is not None and allowed:
+    metered = access.quotas.controller_mutation_rate is not None
+    current: Mapping[str, int] = {}
+    if allowed and (limit is not None or metered):
         current = await _tenant_partitions(ctx)
+
+    def adding(topic: Any) -> int:
+        count: int = topic.count
+        return max(0, count - current.get(topic.name, count))
+
+    if limit is not None and allowed:
         held = sum(current.values())
         fitting = []
         for topic in allowed:
-            adding = max(0, topic.count - current.get(topic.name, topic.count))
-            if held + adding > limit:
-                refused.append((topic.name, E.policy_violation, _over_limit(limit, held, adding)))
+            more = adding(topic)
+            if held + more > limit:
+                refused.append((topic.name, E.policy_violation, _over_limit(limit, held, more)))
             else:
-                held += adding
+                held += more
                 fitting.append(topic)
         allowed = fitting
+    throttle_ms = 0
+    if metered and allowed:
+        verdict, message = _charge_mutations(
+            ctx, [adding(t) for t in allowed], STRICT_CREATE_PARTITIONS
+        )
+        throttle_ms = verdict.throttle_ms
+        refused.extend(
+            (t.name, E.throttling_quota_exceeded, message)
+            for i, t in enumerate(allowed)
+            if i in verdict.refused
+        )
+        allowed = [t for i, t in enumerate(allowed) if i not in verdict.refused]
     refusals = tuple(
         api.make("CreatePartitionsTopicResult", name=name, error_code=code, error_message=message)
         for name, code, message in refused
     )
     if not allowed:
-        return Answer(api.response(throttle_time=NO_THROTTLE, results=refusals))
+        return Answer(api.response(throttle_time=NO_THROTTLE, results=refusals), throttle_ms)
 
     def finish(response: Any) -> Any:
         return replace(response, results=rename_topics(response.results, ns) + refusals)
@@ -146,6 +211,7 @@ async def create_partitions(ctx: RequestContext, request: Any) -> Step:
     return Forward(
         replace(request, topics=tuple(replace(t, name=ns.inward(t.name)) for t in allowed)),
         finish,
+        throttle_ms=throttle_ms,
     )
 
 
@@ -158,6 +224,7 @@ async def delete_topics(ctx: RequestContext, request: Any) -> Step:
         else [(name, None) for name in request.topic_names]
     )
     allowed: list[str] = []
+    ids: dict[str, uuid.UUID | None] = {}
     refusals = []
     for given, topic_id in wanted:
         code = None
@@ -170,6 +237,7 @@ async def delete_topics(ctx: RequestContext, request: Any) -> Step:
             code = E.topic_authorization_failed
         if code is None and name:
             allowed.append(name)
+            ids[name] = topic_id
         else:
             refusals.append(
                 api.make(
@@ -180,8 +248,29 @@ async def delete_topics(ctx: RequestContext, request: Any) -> Step:
                     error_message=None,
                 )
             )
+    throttle_ms = 0
+    if access.quotas.controller_mutation_rate is not None and allowed:
+        current = await _tenant_partitions(ctx)
+        verdict, message = _charge_mutations(
+            ctx, [current.get(name, 0) for name in allowed], STRICT_DELETE_TOPICS
+        )
+        throttle_ms = verdict.throttle_ms
+        refusals.extend(
+            api.make(
+                "DeletableTopicResult",
+                name=name,
+                topic_id=ids.get(name) or ZERO_UUID,
+                error_code=E.throttling_quota_exceeded,
+                error_message=message,
+            )
+            for i, name in enumerate(allowed)
+            if i in verdict.refused
+        )
+        allowed = [name for i, name in enumerate(allowed) if i not in verdict.refused]
     if not allowed:
-        return Answer(api.response(throttle_time=NO_THROTTLE, responses=tuple(refusals)))
+        return Answer(
+            api.response(throttle_time=NO_THROTTLE, responses=tuple(refusals)), throttle_ms
+        )
     if by_state:
         rewritten = replace(
             request,
@@ -196,7 +285,7 @@ async def delete_topics(ctx: RequestContext, request: Any) -> Step:
     def finish(response: Any) -> Any:
         return replace(response, responses=rename_topics(response.responses, ns) + tuple(refusals))
 
-    return Forward(rewritten, finish)
+    return Forward(rewritten, finish, throttle_ms=throttle_ms)
 
 
 def _config_check(ctx: RequestContext, resource: Any, operation: Operation) -> E | None:

@@ -446,6 +446,12 @@ def _acls_table(bindings: list[AclBinding]) -> Table:
 # -- quotas ---------------------------------------------------------------------------
 
 
+def _positive(value: float | None) -> float | None:
+    if value is not None and not value > 0:
+        raise typer.BadParameter("must be greater than 0")
+    return value
+
+
 @quota_app.command("set")
 def quota_set(
     tenant: str,
@@ -463,6 +469,13 @@ def quota_set(
         int | None,
         typer.Option(help="Most open Kafka connections over all gateway replicas.", min=1),
     ] = None,
+    controller_mutation_rate: Annotated[
+        float | None,
+        typer.Option(
+            help="Partitions/s the tenant may create or delete (Kafka's KIP-599 quota).",
+            callback=_positive,
+        ),
+    ] = None,
     clear: Annotated[bool, typer.Option(help="Remove every limit first.")] = False,
     output: OutputOption = "table",
 ) -> None:
@@ -475,6 +488,9 @@ def quota_set(
             consumer_byte_rate if consumer_byte_rate is not None else current.consumer_byte_rate,
             max_partitions if max_partitions is not None else current.max_partitions,
             max_connections if max_connections is not None else current.max_connections,
+            controller_mutation_rate
+            if controller_mutation_rate is not None
+            else current.controller_mutation_rate,
         )
         return await store.set_quotas(tenant, quotas)
 
@@ -492,4 +508,5 @@ def quota_show(tenant: str, etcd: EtcdOption, output: OutputOption = "table") ->
     table.add_row("consume bytes/s", _limit(q.consumer_byte_rate))
     table.add_row("max partitions", _limit(q.max_partitions))
     table.add_row("max connections", _limit(q.max_connections))
+    table.add_row("controller mutations/s", _limit(q.controller_mutation_rate))
     _emit(output, {"tenant": tenant, **asdict(q)}, table)

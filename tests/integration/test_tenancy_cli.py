@@ -93,15 +93,22 @@ def test_tenants_keys_acls_and_quotas(etcd: EtcdServer) -> None:
     quotas = as_json(
         "quota", "set", "acme", "--etcd", url, "--producer-byte-rate", "1048576",
         "--max-partitions", "12", "--max-connections", "40",
+        "--controller-mutation-rate", "2.5",
     )  # fmt: skip
     assert quotas["quotas"] == {
         "producer_byte_rate": 1048576,
         "consumer_byte_rate": None,
         "max_partitions": 12,
         "max_connections": 40,
+        "controller_mutation_rate": 2.5,
     }
     shown = as_json("quota", "show", "acme", "--etcd", url)
     assert shown["producer_byte_rate"] == 1048576
+    assert shown["controller_mutation_rate"] == 2.5
+    refused = shoal(
+        "quota", "set", "acme", "--etcd", url, "--controller-mutation-rate", "0", check=False
+    )
+    assert refused.returncode != 0 and "greater than 0" in refused.stderr
     described = as_json("tenant", "describe", "acme", "--etcd", url)
     assert len(described["keys"]) == 2
     assert [t["name"] for t in as_json("tenant", "list", "--etcd", url)] == ["acme"]

@@ -94,4 +94,25 @@ async def test_what_went_through_and_what_waited_is_reported_for_the_replicas() 
     assert report["produce"]["acme"].waited
     assert report["fetch"]["acme"].waited and report["fetch"]["acme"].rate == 0
     assert not report["fetch"]["globex"].waited and report["fetch"]["globex"].rate == 250
-    assert parse_report(gate.traffic.report(period_s=1.0)) == {"produce": {}, "fetch": {}}
+    assert parse_report(gate.traffic.report(period_s=1.0)) == {
+        "produce": {},
+        "fetch": {},
+        "mutations": {},
+    }
+
+
+def test_controller_mutations_are_charged_and_reported_for_the_replicas() -> None:
+    gate = admission()
+    rate = 1.0  # a burst of 11 partitions
+
+    accepted = gate.mutate("acme", [6, 6], rate, strict=True)
+    refused = gate.mutate("acme", [1], rate, strict=True)
+    unlimited = gate.mutate("globex", [100], None, strict=True)
+
+    assert (accepted.refused, accepted.throttle_ms) == (frozenset(), 0)
+    assert refused.refused == frozenset({0}) and refused.throttle_ms > 0
+    assert unlimited.refused == frozenset() and unlimited.throttle_ms == 0
+    report = parse_report(gate.traffic.report(period_s=1.0))["mutations"]
+    assert set(report) == {"acme"}, "an unlimited tenant is not reported"
+    assert report["acme"].rate == 12
+    assert report["acme"].waited

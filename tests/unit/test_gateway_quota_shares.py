@@ -95,8 +95,25 @@ def test_a_replica_alone_or_not_yet_in_the_round_takes_its_even_part() -> None:
 
 
 def test_an_unreadable_report_reports_nothing() -> None:
-    assert parse_report(b"not json") == {"produce": {}, "fetch": {}}
-    assert parse_report(b"") == {"produce": {}, "fetch": {}}
+    nothing = {"produce": {}, "fetch": {}, "mutations": {}}
+    assert parse_report(b"not json") == nothing
+    assert parse_report(b"") == nothing
+
+
+def test_controller_mutations_are_split_like_bytes() -> None:
+    """The mutation quota (partitions a second) goes where the topic requests are."""
+    rate = 10.0
+    shares = {name: QuotaShares(name) for name in ("a", "b")}
+    ledger = TrafficLedger()
+    ledger.admitted("mutations", "acme", 8, waited=True)
+    reports = {"a": ledger.report(1.0), "b": TrafficLedger().report(1.0)}
+    for replica in shares.values():
+        replica.update(reports)
+    assert shares["a"].share("mutations", "acme", rate) == pytest.approx(rate * (1 - FLOOR / 2))
+    assert shares["b"].share("mutations", "acme", rate) == pytest.approx(rate * FLOOR / 2)
+    assert shares["a"].share("produce", "acme", rate) == rate / 2
+    # A report from a gateway that knew no mutations still reads.
+    assert parse_report(b'{"produce": {}, "fetch": {}}')["mutations"] == {}
 
 
 def test_open_connections_are_reported_and_counted_on_the_other_replicas() -> None:

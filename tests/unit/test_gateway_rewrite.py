@@ -51,6 +51,7 @@ from shoal.gateway.apis.base import (
     Step,
     replace,
 )
+from shoal.gateway.mutation_quota import MutationVerdict
 from shoal.gateway.server import offered_versions
 from shoal.tenancy.acl import CLUSTER_NAME, default_bindings, read_only_bindings
 from shoal.tenancy.model import (
@@ -154,6 +155,7 @@ def context(
     lookups: StubLookups | None = None,
     store: StubQuotaStore | None = None,
     fetch_cap: int | None = None,
+    mutations: StubMutations | None = None,
 ) -> RequestContext:
     access = TenantAccess(
         TENANT,
@@ -169,7 +171,22 @@ def context(
         store or StubQuotaStore(),
         fetch_cap,
         acl_store=StubAclStore(),
+        **({} if mutations is None else {"charge_mutations": mutations.charge}),
     )
+
+
+@dataclass
+class StubMutations:
+    """A controller mutation quota that refuses the topics at ``refuse`` (indexes)."""
+
+    refuse: frozenset[int] = frozenset()
+    throttle_ms: int = 0
+    calls: list[tuple[list[int], bool]] = field(default_factory=list)
+
+    def charge(self, costs: Sequence[int], strict: bool) -> MutationVerdict:
+        self.calls.append((list(costs), strict))
+        refused = self.refuse if strict else frozenset()
+        return MutationVerdict(refused, self.throttle_ms, 0)
 
 
 def denying(resource_type: ResourceType, name: str, operation: Operation) -> list[AclBinding]:
@@ -1455,6 +1472,141 @@ async def test_delete_topics_by_name_maps_names_and_refuses_denied_ones() -> Non
     }
 
 
+# Controller mutation quota (KIP-599)
+
+METERED = Quotas(controller_mutation_rate=2.0)
+
+
+async def test_create_topics_over_the_mutation_quota_are_refused_at_v6_and_later() -> None:
+    mutations = StubMutations(refuse=frozenset({1}), throttle_ms=1500)
+    ctx = context(19, 6, quotas=METERED, mutations=mutations)
+
+    step = await topics.create_topics(ctx, create_request(ctx.api, {"t1": 3, "t2": 4}))
+
+    assert mutations.calls == [([3, 4], True)]
+    assert [t.name for t in broker_receives(ctx.api, step).topics] == ["acme.t1"]
+    assert isinstance(step, Forward)
+    assert step.throttle_ms == 1500
+    response = finished(
+        ctx.api, step, create_response(ctx.api, {"acme.t1": (ErrorCode.none, None)})
+    )
+    results = by_name(response.topics)
+    assert results["t1"].error_code == ErrorCode.none
+    assert results["t2"].error_code == ErrorCode.throttling_quota_exceeded
+    assert results["t2"].error_message == (
+        "the tenant's controller_mutation_rate quota (2 partitions/s) is used up; retry in 1500 ms"
+    )
+
+
+async def test_create_topics_all_over_the_mutation_quota_is_answered_with_the_throttle() -> None:
+    mutations = StubMutations(refuse=frozenset({0}), throttle_ms=700)
+    ctx = context(19, 7, quotas=METERED, mutations=mutations)
+
+    step = await topics.create_topics(ctx, create_request(ctx.api, {"t1": 1}))
+
+    assert isinstance(step, Answer)
+    assert step.throttle_ms == 700
+    (result,) = answered(ctx.api, step).topics
+    assert (result.name, result.error_code) == ("t1", ErrorCode.throttling_quota_exceeded)
+
+
+async def test_create_topics_before_v6_are_charged_permissively() -> None:
+    mutations = StubMutations(refuse=frozenset({0}), throttle_ms=900)
+    ctx = context(
+        19, 5, quotas=METERED, mutations=mutations, lookups=StubLookups(default_partitions=3)
+    )
+
+    step = await topics.create_topics(ctx, create_request(ctx.api, {"t1": -1}))
+
+    assert mutations.calls == [([3], False)], "the brokers' default partition count is charged"
+    assert [t.name for t in broker_receives(ctx.api, step).topics] == ["acme.t1"]
+    assert isinstance(step, Forward) and step.throttle_ms == 900
+
+
+async def test_validate_only_and_unmetered_create_topics_are_not_charged() -> None:
+    mutations = StubMutations(refuse=frozenset({0}))
+    ctx = context(19, 7, quotas=METERED, mutations=mutations)
+    request = replace(create_request(ctx.api, {"t1": 3}), validate_only=True)
+
+    step = await topics.create_topics(ctx, request)
+
+    assert [t.name for t in broker_receives(ctx.api, step).topics] == ["acme.t1"]
+    lookups = StubLookups()
+    unmetered = context(19, 7, mutations=mutations, lookups=lookups)
+    await topics.create_topics(unmetered, create_request(unmetered.api, {"t1": 3}))
+    assert mutations.calls == []
+    assert lookups.created_asked == []
+
+
+async def test_create_topics_refused_by_the_partition_limit_are_not_charged() -> None:
+    mutations = StubMutations()
+    quotas = Quotas(max_partitions=10, controller_mutation_rate=2.0)
+    ctx = context(
+        19, 7, quotas=quotas, mutations=mutations, lookups=StubLookups(partitions=HOLDING_SIX)
+    )
+
+    await topics.create_topics(ctx, create_request(ctx.api, {"t1": 3, "t2": 3}))
+
+    assert mutations.calls == [([3], True)]
+
+
+@pytest.mark.parametrize(("version", "strict"), [(2, False), (3, True)])
+async def test_create_partitions_charges_the_partitions_added(version: int, strict: bool) -> None:
+    mutations = StubMutations(refuse=frozenset({1}), throttle_ms=300)
+    lookups = StubLookups(partitions={"acme.orders": 4, "acme.audit": 4})
+    ctx = context(37, version, quotas=METERED, lookups=lookups, mutations=mutations)
+
+    request = create_partitions_request(ctx.api, {"orders": 6, "audit": 5, "ghost": 3})
+    step = await topics.create_partitions(ctx, request)
+
+    assert mutations.calls == [([2, 1, 0], strict)], "an unknown topic is the brokers' to refuse"
+    sent = [t.name for t in broker_receives(ctx.api, step).topics]
+    assert isinstance(step, Forward) and step.throttle_ms == 300
+    if strict:
+        assert sent == ["acme.orders", "acme.ghost"]
+        results = by_name(
+            step.finish(ctx.api.response(throttle_time=NO_THROTTLE, results=())).results
+        )
+        assert results["audit"].error_code == ErrorCode.throttling_quota_exceeded
+    else:
+        assert sent == ["acme.orders", "acme.audit", "acme.ghost"]
+
+
+@pytest.mark.parametrize(("version", "strict"), [(4, False), (6, True)])
+async def test_delete_topics_charges_the_topics_partitions(version: int, strict: bool) -> None:
+    mutations = StubMutations(refuse=frozenset({0}), throttle_ms=400)
+    lookups = StubLookups(partitions={"acme.orders": 4, "acme.secret": 2})
+    ctx = context(20, version, quotas=METERED, lookups=lookups, mutations=mutations)
+    api = ctx.api
+    if version >= 6:
+        request = api.request(
+            topics=(
+                api.make_request("DeleteTopicState", name=None, topic_id=ORDERS_ID),
+                api.make_request("DeleteTopicState", name="secret", topic_id=None),
+            ),
+            timeout=datetime.timedelta(seconds=30),
+        )
+    else:
+        request = api.request(
+            topic_names=("orders", "secret"), timeout=datetime.timedelta(seconds=30)
+        )
+
+    step = await topics.delete_topics(ctx, request)
+
+    assert mutations.calls == [([4, 2], strict)]
+    assert isinstance(step, Forward) and step.throttle_ms == 400
+    if strict:
+        assert [t.name for t in broker_receives(api, step).topics] == ["acme.secret"]
+        (refused,) = step.finish(api.response(throttle_time=NO_THROTTLE, responses=())).responses
+        assert (refused.name, refused.topic_id, refused.error_code) == (
+            "orders",
+            ORDERS_ID,
+            ErrorCode.throttling_quota_exceeded,
+        )
+    else:
+        assert broker_receives(api, step).topic_names == ("acme.orders", "acme.secret")
+
+
 def describe_configs_request(api: ApiSchema, resources: Sequence[tuple[int, str]]) -> Any:
     return api.request(
         resources=tuple(
@@ -1881,6 +2033,28 @@ async def test_alter_client_quotas_sets_and_removes_values_through_the_store() -
         ("acme", Quotas(producer_byte_rate=None, consumer_byte_rate=3e6, max_partitions=20))
     ]
     assert isinstance(store.writes[0][1].max_partitions, int)
+
+
+async def test_client_quotas_know_kafkas_controller_mutation_rate() -> None:
+    store = quota_store()
+    ctx = context(49, 1, platform_admin=True, store=store)
+
+    request = alter_quotas_request(ctx.api, "globex", {"controller_mutation_rate": 2.5})
+    response = answered(ctx.api, await client_quotas.alter_client_quotas(ctx, request))
+
+    assert [e.error_code for e in response.entries] == [ErrorCode.none]
+    assert store.writes == [
+        ("globex", Quotas(consumer_byte_rate=2e6, controller_mutation_rate=2.5))
+    ]
+    described = context(48, 1, platform_admin=True, store=store)
+    request = describe_quotas_request(described.api, match="globex")
+    (entry,) = answered(
+        described.api, await client_quotas.describe_client_quotas(described, request)
+    ).entries
+    assert {v.key: v.value for v in entry.values} == {
+        "consumer_byte_rate": 2e6,
+        "controller_mutation_rate": 2.5,
+    }
 
 
 @pytest.mark.parametrize(

@@ -50,7 +50,7 @@ def test_defaults_tenant_id_from_the_resource_name_and_roles_from_the_crd() -> N
 def test_quotas_and_acls_are_read() -> None:
     spec = tenant_spec(
         name="other",
-        quotas={"producerByteRate": 1000, "maxPartitions": 0},
+        quotas={"producerByteRate": 1000, "maxPartitions": 0, "controllerMutationRate": 2.5},
         keys=[{"name": "app", "role": "none"}],
         acls=[
             {"key": "app", "resourceType": "TOPIC", "resourceName": "in", "operation": "READ"},
@@ -65,7 +65,9 @@ def test_quotas_and_acls_are_read() -> None:
         ],
     )
     assert spec.tenant == "other"
-    assert spec.quotas == Quotas(producer_byte_rate=1000, max_partitions=0)
+    assert spec.quotas == Quotas(
+        producer_byte_rate=1000, max_partitions=0, controller_mutation_rate=2.5
+    )
     assert spec.acls[0].pattern_type is PatternType.LITERAL
     assert spec.acls[0].permission is Permission.ALLOW
     assert spec.acls[1].pattern_type is PatternType.PREFIXED
@@ -87,6 +89,8 @@ def test_quotas_and_acls_are_read() -> None:
         ),
         ({"name": "No_Good"}, "tenant name"),
         ({"quotas": {"maxPartitions": -1}}, "maxPartitions"),
+        ({"quotas": {"controllerMutationRate": 0}}, "controllerMutationRate"),
+        ({"quotas": {"controllerMutationRate": "fast"}}, "controllerMutationRate"),
         (
             {
                 "acls": [
