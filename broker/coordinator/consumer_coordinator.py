@@ -33,7 +33,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
@@ -45,6 +45,7 @@ from shoal.broker.coordinator.consumer_group import (
     ConsumerGroup,
     ConsumerMember,
     MemberState,
+    commit_refused_for,
     held_by_others,
     is_subset,
     reconcile,
@@ -419,6 +420,7 @@ class ConsumerCoordinator:
                 state=MemberState.STABLE,
                 assigned={},
                 pending_revocation={},
+                partition_epochs={},
             )
         if received > member.member_epoch:
             raise ConsumerGroupError(
@@ -490,7 +492,16 @@ class ConsumerCoordinator:
             member = found
             if request.member_epoch == LEAVE_GROUP_STATIC_EPOCH:
                 # Gone for now, back within its session timeout: its partitions stay its own.
-                away = replace(member, member_epoch=LEAVE_GROUP_STATIC_EPOCH, pending_revocation={})
+                away = replace(
+                    member,
+                    member_epoch=LEAVE_GROUP_STATIC_EPOCH,
+                    pending_revocation={},
+                    partition_epochs={
+                        (t, n): member.assignment_epoch(t, n) or 0
+                        for t, numbers in member.assigned.items()
+                        for n in numbers
+                    },
+                )
                 await self._write(group.group_id, [current_assignment_record(group.group_id, away)])
                 group.members[member.member_id] = away
                 self._cancel_rebalance(group.group_id, member.member_id)
@@ -633,9 +644,18 @@ class ConsumerCoordinator:
         return {topic_id: name for name, (topic_id, _count) in self.topics().items()}
 
     def validate_commit(
-        self, group_id: str, member_id: str, member_epoch: int, api_version: int
+        self,
+        group_id: str,
+        member_id: str,
+        member_epoch: int,
+        api_version: int,
+        partitions: Iterable[tuple[str, int]] = (),
+        transactional: bool = False,
     ) -> ErrorCode | None:
-        """Kafka's ConsumerGroup.validateOffsetCommit; None if the commit may go in."""
+        """Kafka's ConsumerGroup.validateOffsetCommit; None if the commit of ``partitions``
+        (topic name, partition) may go in. An epoch older than the member's is good for
+        the partitions the member got at that epoch or before (KIP-1251); one that is
+        not refuses the whole commit with STALE_MEMBER_EPOCH, as in Kafka."""
         group = self.groups.get(group_id)
         if group is None or group.dead:
             return None
@@ -644,9 +664,13 @@ class ConsumerCoordinator:
         member = group.members.get(member_id)
         if member is None:
             return E.unknown_member_id
-        if api_version < 9:
+        if not transactional and api_version < 9:
             return E.unsupported_version
-        if member_epoch != member.member_epoch:
+        if member_epoch == member.member_epoch:
+            return None
+        topics = self.topics() if member_epoch < member.member_epoch else {}
+        ids = [(topics[name][0] if name in topics else None, number) for name, number in partitions]
+        if commit_refused_for(member, member_epoch, ids):
             return E.stale_member_epoch
         return None
 

@@ -24,6 +24,12 @@ partitions A and its target T:
   add them as their owners release them;
 * otherwise the member is ``STABLE`` at the target epoch.
 
+Each partition a member holds (assigned or pending revocation) carries its
+**assignment epoch** (KIP-1251): the target epoch at which it entered the
+member's assignment, kept while the member keeps it. An offset commit with an
+older member epoch than the member's is still good for a partition whose
+assignment epoch is not after it (:func:`commit_refused_for`).
+
 So a partition never has two owners, and a member whose partitions did not
 move keeps consuming through other members' rebalances.
 
@@ -36,7 +42,7 @@ from __future__ import annotations
 
 import enum
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Final
 
@@ -89,6 +95,19 @@ class ConsumerMember:
     state: MemberState = MemberState.STABLE
     assigned: Partitions = field(default_factory=dict)
     pending_revocation: Partitions = field(default_factory=dict)
+    partition_epochs: Mapping[tuple[TopicId, int], int] = field(default_factory=dict, compare=False)
+    """(topic id, partition) -> assignment epoch, for the partitions of ``assigned`` and
+    ``pending_revocation``; one missing counts as assigned at the member's epoch (so
+    equality leaves it out: :meth:`same_assignment` compares what it means)."""
+
+    def assignment_epoch(self, topic_id: TopicId, partition: int) -> int | None:
+        """The epoch ``partition`` was assigned to this member at, None if the member does
+        not hold it (Kafka's assignmentEpoch, else pendingRevocationEpoch)."""
+        if partition not in self.assigned.get(topic_id, frozenset()) and (
+            partition not in self.pending_revocation.get(topic_id, frozenset())
+        ):
+            return None
+        return self.partition_epochs.get((topic_id, partition), max(self.member_epoch, 0))
 
     def is_reconciled_to(self, epoch: int) -> bool:
         return self.state is MemberState.STABLE and self.member_epoch == epoch
@@ -126,13 +145,23 @@ class ConsumerMember:
             self.state,
             _norm(self.assigned),
             _norm(self.pending_revocation),
+            self._held_epochs(),
         ) == (
             other.member_epoch,
             other.previous_member_epoch,
             other.state,
             _norm(other.assigned),
             _norm(other.pending_revocation),
+            other._held_epochs(),
         )
+
+    def _held_epochs(self) -> dict[tuple[TopicId, int], int | None]:
+        return {
+            (topic_id, number): self.assignment_epoch(topic_id, number)
+            for partitions in (self.assigned, self.pending_revocation)
+            for topic_id, numbers in partitions.items()
+            for number in numbers
+        }
 
 
 @dataclass(eq=False)
@@ -254,6 +283,7 @@ def _next_assignment(
     assigned: dict[TopicId, frozenset[int]] = {}
     revoking: dict[TopicId, frozenset[int]] = {}
     pending: dict[TopicId, frozenset[int]] = {}
+    epochs: dict[tuple[TopicId, int], int] = {}
     for topic_id in set(target) | set(member.assigned):
         wanted = target.get(topic_id, frozenset())
         current = member.assigned.get(topic_id, frozenset())
@@ -267,6 +297,10 @@ def _next_assignment(
             revoking[topic_id] = revoke
         if add:
             pending[topic_id] = frozenset(add)
+        for number in current:
+            epochs[(topic_id, number)] = member.assignment_epoch(topic_id, number) or 0
+        for number in add:
+            epochs[(topic_id, number)] = target_epoch
     if revoking and _owns_any(owned, revoking):
         # The member keeps its epoch until it confirms the revocation.
         return replace(
@@ -274,6 +308,9 @@ def _next_assignment(
             state=MemberState.UNREVOKED_PARTITIONS,
             assigned=assigned,
             pending_revocation=revoking,
+            partition_epochs={
+                tp: e for tp, e in epochs.items() if tp[1] in member.assigned.get(tp[0], ())
+            },
         )
     for topic_id, partitions in pending.items():
         assigned[topic_id] = assigned.get(topic_id, frozenset()) | partitions
@@ -282,7 +319,30 @@ def _next_assignment(
         state=MemberState.UNRELEASED_PARTITIONS if unreleased else MemberState.STABLE,
         assigned=assigned,
         pending_revocation={},
+        partition_epochs={tp: e for tp, e in epochs.items() if tp[1] in assigned.get(tp[0], ())},
     )
+
+
+def commit_refused_for(
+    member: ConsumerMember,
+    member_epoch: int,
+    partitions: Iterable[tuple[TopicId | None, int]],
+) -> bool:
+    """Whether an offset commit of ``partitions`` (topic id, None for a topic unknown,
+    and partition) sent with ``member_epoch`` is stale for ``member`` (Kafka's
+    ConsumerGroup.validateOffsetCommit with KIP-1251's assignment epochs): the
+    member's own epoch is always good, a later one never; an earlier one only if
+    every partition is the member's (assigned or pending revocation) and was
+    assigned to it at that epoch or before."""
+    if member_epoch == member.member_epoch:
+        return False
+    if member_epoch > member.member_epoch:
+        return True
+    for topic_id, number in partitions:
+        assigned_at = None if topic_id is None else member.assignment_epoch(topic_id, number)
+        if assigned_at is None or member_epoch < assigned_at:
+            return True
+    return False
 
 
 def _owns_any(owned: Partitions | None, partitions: Partitions) -> bool:

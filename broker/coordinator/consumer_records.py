@@ -15,6 +15,12 @@ each struct). The types, from Kafka's group-coordinator message schemas::
                                              previous_member_epoch int32, state int8,
                                              [assigned], [pending revocation]
 
+In record 8 each topic's entry carries, as its tagged field 0 (Kafka 4.3's
+AssignmentEpochs, KIP-1251), the assignment epoch of each of its partitions,
+in the partitions' order. Without it (written by an older Kafka, or a count
+that does not match), a partition counts as assigned at the member's epoch,
+as Kafka reads it: stricter for commits, never looser.
+
 A null value deletes: a member leaves with tombstones for 8, 7 and 5 (in
 that order, as Kafka writes them), a group goes with 6 and 3. Type 4
 (ConsumerGroupPartitionMetadata) is Kafka's subscription metadata; it is
@@ -42,6 +48,8 @@ MEMBER_METADATA_KEY: Final = 5
 TARGET_METADATA_KEY: Final = 6
 TARGET_MEMBER_KEY: Final = 7
 CURRENT_ASSIGNMENT_KEY: Final = 8
+ASSIGNMENT_EPOCHS_TAG: Final = 0
+"""The tag of a current assignment's TopicPartitions.AssignmentEpochs (Kafka 4.3)."""
 CONSUMER_KEYS: Final = frozenset(
     {
         GROUP_EPOCH_KEY,
@@ -100,7 +108,9 @@ class _Writer:
     def no_tags(self) -> None:
         self.out += encode_uvarint(0)
 
-    def partitions(self, partitions: Partitions) -> None:
+    def partitions(self, partitions: Partitions, member: ConsumerMember | None = None) -> None:
+        """Kafka's TopicPartitions array; with ``member``, each topic's partitions'
+        assignment epochs as its tagged field 0 (AssignmentEpochs)."""
         entries = sorted((t, sorted(ps)) for t, ps in partitions.items() if ps)
         self.array_len(len(entries))
         for topic_id, numbers in entries:
@@ -108,7 +118,17 @@ class _Writer:
             self.array_len(len(numbers))
             for number in numbers:
                 self.i32(number)
-            self.no_tags()
+            if member is None:
+                self.no_tags()
+                continue
+            epochs = _Writer()
+            epochs.array_len(len(numbers))
+            for number in numbers:
+                epochs.i32(member.assignment_epoch(topic_id, number) or 0)
+            self.out += encode_uvarint(1)  # one tagged field
+            self.out += encode_uvarint(ASSIGNMENT_EPOCHS_TAG)
+            self.out += encode_uvarint(len(epochs.out))
+            self.out += epochs.out
 
 
 def _key(kind: int, group: str, member: str | None = None) -> bytes:
@@ -167,8 +187,8 @@ def current_assignment_record(group_id: str, member: ConsumerMember) -> Entry:
     w.i32(member.member_epoch)
     w.i32(member.previous_member_epoch)
     w.i8(int(member.state))
-    w.partitions(member.assigned)
-    w.partitions(member.pending_revocation)
+    w.partitions(member.assigned, member)
+    w.partitions(member.pending_revocation, member)
     w.no_tags()
     return _key(CURRENT_ASSIGNMENT_KEY, group_id, member.member_id), bytes(w.out)
 
@@ -238,11 +258,26 @@ class _Reader:
             self._take(self.uvarint())
 
     def partitions(self) -> dict[uuid.UUID, frozenset[int]]:
-        out: dict[uuid.UUID, frozenset[int]] = {}
+        return {topic_id: frozenset(numbers) for topic_id, numbers, _ in self.topic_partitions()}
+
+    def topic_partitions(self) -> list[tuple[uuid.UUID, list[int], list[int] | None]]:
+        """Kafka's TopicPartitions array: each topic's id, partitions, and assignment
+        epochs (its tagged field 0; None if absent, or null)."""
+        out: list[tuple[uuid.UUID, list[int], list[int] | None]] = []
         for _ in range(self.array_len()):
             topic_id = self.topic_id()
-            out[topic_id] = frozenset(self.i32() for _ in range(self.array_len()))
-            self.skip_tags()
+            numbers = [self.i32() for _ in range(self.array_len())]
+            epochs: list[int] | None = None
+            for _ in range(self.uvarint()):
+                tag = self.uvarint()
+                size = self.uvarint()
+                if tag != ASSIGNMENT_EPOCHS_TAG:
+                    self._take(size)
+                    continue
+                field = _Reader(self._take(size))
+                count = field.uvarint() - 1
+                epochs = None if count < 0 else [field.i32() for _ in range(count)]
+            out.append((topic_id, numbers, epochs))
         return out
 
     @staticmethod
@@ -356,8 +391,14 @@ def _with_assignment(member: ConsumerMember, r: _Reader) -> ConsumerMember:
     epoch = r.i32()
     previous = r.i32()
     raw_state = r.i8()
-    assigned = r.partitions()
-    revoking = r.partitions()
+    epochs: dict[tuple[uuid.UUID, int], int] = {}
+    assigned: dict[uuid.UUID, frozenset[int]] = {}
+    revoking: dict[uuid.UUID, frozenset[int]] = {}
+    for into in (assigned, revoking):
+        for topic_id, numbers, assigned_at in r.topic_partitions():
+            into[topic_id] = frozenset(numbers)
+            if assigned_at is not None and len(assigned_at) == len(numbers):
+                epochs.update(((topic_id, n), e) for n, e in zip(numbers, assigned_at, strict=True))
     r.skip_tags()
     try:
         state = MemberState(raw_state)
@@ -370,4 +411,5 @@ def _with_assignment(member: ConsumerMember, r: _Reader) -> ConsumerMember:
         state=state,
         assigned=assigned,
         pending_revocation=revoking,
+        partition_epochs=epochs,
     )

@@ -933,7 +933,9 @@ class GroupCoordinator:
         def everywhere(code: ErrorCode) -> dict[tuple[str, int], ErrorCode]:
             return dict.fromkeys(offsets, code)
 
-        checked = self._committer(group_id, generation, member_id, group_instance_id, api_version)
+        checked = self._committer(
+            group_id, generation, member_id, group_instance_id, api_version, offsets
+        )
         if not isinstance(checked, Group):
             return everywhere(checked)
         group = checked
@@ -998,7 +1000,9 @@ class GroupCoordinator:
         log does not sequence-check); the producer's AddOffsetsToTxn put that
         partition in the transaction, so its marker lands there too.
         """
-        checked = self._txn_committer(group_id, generation_id, member_id, group_instance_id)
+        checked = self._txn_committer(
+            group_id, generation_id, member_id, group_instance_id, offsets
+        )
         if isinstance(checked, ErrorCode):
             return dict.fromkeys(offsets, checked)
         results, accepted = self._acceptable(offsets)
@@ -1050,7 +1054,12 @@ class GroupCoordinator:
         return results
 
     def _txn_committer(
-        self, group_id: str, generation: int, member_id: str, group_instance_id: str | None
+        self,
+        group_id: str,
+        generation: int,
+        member_id: str,
+        group_instance_id: str | None,
+        partitions: Iterable[tuple[str, int]] = (),
     ) -> ErrorCode | None:
         """Why a transactional commit may not go to the group (Kafka's validateOffsetCommit
         for TxnOffsetCommit), or None. Unlike a plain commit, one without generation and
@@ -1061,6 +1070,10 @@ class GroupCoordinator:
         error = self.owner_error(group_id)
         if error is not None:
             return error
+        if self.consumer.is_consumer_group(group_id):
+            return self._consumer_txn_committer(
+                group_id, generation, member_id, group_instance_id, partitions
+            )
         group = self.groups.get(group_id)
         if group is None:
             # Kafka creates the group first; an empty group has no current member.
@@ -1082,6 +1095,22 @@ class GroupCoordinator:
         if generation != group.generation:
             return E.illegal_generation
         return None
+
+    def _consumer_txn_committer(
+        self,
+        group_id: str,
+        member_epoch: int,
+        member_id: str,
+        group_instance_id: str | None,
+        partitions: Iterable[tuple[str, int]],
+    ) -> ErrorCode | None:
+        """A KIP-848 group's TxnOffsetCommit: one without member (before v3) goes in, else
+        the member's epoch is checked as for OffsetCommit (KIP-1251 included)."""
+        if member_epoch == -1 and not member_id and group_instance_id is None:
+            return None
+        return self.consumer.validate_commit(
+            group_id, member_id, member_epoch, 9, partitions, transactional=True
+        )
 
     def complete_transaction(self, offsets_partition: int, producer_id: int, commit: bool) -> None:
         """A marker of ``producer_id`` is in ``offsets_partition`` (and replicated): its
@@ -1121,6 +1150,7 @@ class GroupCoordinator:
         member_id: str,
         group_instance_id: str | None,
         api_version: int = 9,
+        partitions: Iterable[tuple[str, int]] = (),
     ) -> Group | ErrorCode:
         """The group a commit goes to, or why it may not (Kafka's OffsetCommit checks)."""
         if not group_id:
@@ -1129,7 +1159,9 @@ class GroupCoordinator:
         if error is not None:
             return error
         if self.consumer.is_consumer_group(group_id):
-            return self._consumer_committer(group_id, generation, member_id, api_version)
+            return self._consumer_committer(
+                group_id, generation, member_id, api_version, partitions
+            )
         group = self.groups.get(group_id)
         if group is None or group.is_(GroupState.DEAD):
             if generation >= 0:
@@ -1155,11 +1187,19 @@ class GroupCoordinator:
         return group
 
     def _consumer_committer(
-        self, group_id: str, member_epoch: int, member_id: str, api_version: int
+        self,
+        group_id: str,
+        member_epoch: int,
+        member_id: str,
+        api_version: int,
+        partitions: Iterable[tuple[str, int]],
     ) -> Group | ErrorCode:
-        """A KIP-848 group's commit: the member's epoch must be current; the offsets go to
-        the group's entry here, made if it has none yet."""
-        refusal = self.consumer.validate_commit(group_id, member_id, member_epoch, api_version)
+        """A KIP-848 group's commit: the member's epoch must be current, or not older than
+        the assignment of each partition committed (KIP-1251); the offsets go to the
+        group's entry here, made if it has none yet."""
+        refusal = self.consumer.validate_commit(
+            group_id, member_id, member_epoch, api_version, partitions
+        )
         if refusal is not None:
             return refusal
         group = self.groups.get(group_id)

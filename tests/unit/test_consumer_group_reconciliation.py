@@ -7,13 +7,16 @@ partition is handed over only once no other member holds it.
 
 from __future__ import annotations
 
+import struct
 import uuid
+from dataclasses import replace
 
 from shoal.broker.coordinator.consumer_group import (
     ConsumerGroup,
     ConsumerGroupState,
     ConsumerMember,
     MemberState,
+    commit_refused_for,
     held_by_others,
     is_subset,
     reconcile,
@@ -160,6 +163,116 @@ def test_records_replay_into_the_same_group() -> None:
     assert group.assignment_epoch == 5
     assert group.target == {"m-1": parts(0, 1)}
     assert group.members == {"m-1": member}
+
+
+def test_kept_partitions_keep_their_assignment_epoch_and_new_ones_get_the_target_epoch() -> None:
+    """KIP-1251: the epoch a partition entered the member's assignment at, as Kafka 4.3's
+    CurrentAssignmentBuilder records it."""
+    member = replace(stable("a", 3, 0, 1), partition_epochs={(T, 0): 1, (T, 1): 3})
+
+    grown = reconcile(member, 5, parts(0, 1, 2), {}, owned=parts(0, 1))
+    assert (grown.member_epoch, grown.state) == (5, MemberState.STABLE)
+    assert [grown.assignment_epoch(T, n) for n in (0, 1, 2)] == [1, 3, 5]
+
+    shrinking = reconcile(grown, 7, parts(2), {}, owned=parts(0, 1, 2))
+    assert (shrinking.member_epoch, shrinking.state) == (5, MemberState.UNREVOKED_PARTITIONS)
+    assert [shrinking.assignment_epoch(T, n) for n in (0, 1, 2)] == [1, 3, 5]  # 0, 1 revoking
+
+    shrunk = reconcile(shrinking, 7, parts(2), {}, owned=parts(2))
+    assert (shrunk.member_epoch, shrunk.assigned) == (7, parts(2))
+    assert [shrunk.assignment_epoch(T, n) for n in (0, 1, 2)] == [None, None, 5]
+    # Given back later, a partition counts from then.
+    regained = reconcile(shrunk, 9, parts(0, 2), {}, owned=parts(2))
+    assert [regained.assignment_epoch(T, n) for n in (0, 2)] == [9, 5]
+
+
+def test_a_partition_without_a_recorded_epoch_counts_from_the_members_epoch() -> None:
+    member = stable("a", 4, 0)
+
+    assert member.assignment_epoch(T, 0) == 4
+    assert member.assignment_epoch(T, 1) is None
+    # Kept over a bump, it keeps the epoch it counted from before the bump.
+    assert reconcile(member, 6, parts(0), {}, owned=parts(0)).assignment_epoch(T, 0) == 4
+
+
+def test_a_commit_with_an_older_epoch_is_good_for_partitions_assigned_by_then() -> None:
+    """Kafka 4.3's validateOffsetCommit (KIP-1251): assignment epoch <= commit epoch <=
+    member epoch for every partition committed, which must be assigned or pending
+    revocation; the member's own epoch is always good."""
+    member = ConsumerMember(
+        "a",
+        member_epoch=5,
+        previous_member_epoch=4,
+        state=MemberState.UNREVOKED_PARTITIONS,
+        assigned=parts(0, 1),
+        pending_revocation=parts(2),
+        partition_epochs={(T, 0): 3, (T, 1): 5, (T, 2): 2},
+    )
+    other = uuid.UUID(int=2)
+
+    assert not commit_refused_for(member, 5, [(T, 0), (T, 1), (T, 3), (None, 0)])
+    assert commit_refused_for(member, 6, [(T, 0)])
+    assert not commit_refused_for(member, 4, [(T, 0)])
+    assert not commit_refused_for(member, 3, [(T, 0), (T, 2)])
+    assert not commit_refused_for(member, 4, [])
+    assert commit_refused_for(member, 4, [(T, 1)])  # assigned at 5
+    assert commit_refused_for(member, 4, [(T, 0), (T, 1)])  # one stale refuses all
+    assert commit_refused_for(member, 2, [(T, 0)])  # before 0 was assigned
+    assert commit_refused_for(member, 4, [(T, 3)])  # not the member's
+    assert commit_refused_for(member, 4, [(other, 0)])
+    assert commit_refused_for(member, 4, [(None, 0)])  # a topic that does not exist
+
+
+def test_assignment_epochs_are_kafkas_tagged_field_and_replay() -> None:
+    member = ConsumerMember(
+        "m-1",
+        member_epoch=5,
+        previous_member_epoch=4,
+        state=MemberState.UNREVOKED_PARTITIONS,
+        assigned=parts(0, 1),
+        pending_revocation=parts(2),
+        partition_epochs={(T, 0): 3, (T, 1): 5, (T, 2): 2},
+    )
+    _key, value = current_assignment_record("g", member)
+
+    assert value is not None
+    # Each TopicPartitions entry: topic id, [partitions], then tagged field 0
+    # (AssignmentEpochs: compact int32 array) with the epochs in the partitions' order.
+    assigned = T.bytes + b"\x03" + struct.pack(">ii", 0, 1) + b"\x01\x00\x09\x03"
+    assigned += struct.pack(">ii", 3, 5)
+    revoking = T.bytes + b"\x02" + struct.pack(">i", 2) + b"\x01\x00\x05\x02"
+    revoking += struct.pack(">i", 2)
+    header = struct.pack(">hiib", 0, 5, 4, MemberState.UNREVOKED_PARTITIONS)
+    assert value == header + b"\x02" + assigned + b"\x02" + revoking + b"\x00"
+
+    replayed = replay_member(member, value)
+    assert replayed.same_assignment(member)
+    assert [replayed.assignment_epoch(T, n) for n in (0, 1, 2)] == [3, 5, 2]
+
+
+def test_an_assignment_record_without_epochs_replays_them_as_the_members_epoch() -> None:
+    """As Kafka reads a record written before 4.3: stricter for commits, never looser."""
+    header = struct.pack(">hiib", 0, 5, 4, MemberState.STABLE)
+    assigned = b"\x02" + T.bytes + b"\x03" + struct.pack(">ii", 0, 1) + b"\x00"
+    value = header + assigned + b"\x01" + b"\x00"
+
+    replayed = replay_member(stable("m-1", 5), value)
+
+    assert replayed.assigned == parts(0, 1)
+    assert [replayed.assignment_epoch(T, n) for n in (0, 1)] == [5, 5]
+
+
+def replay_member(member: ConsumerMember, value: bytes) -> ConsumerMember:
+    replay = ConsumerReplay()
+    for key, record in [member_metadata_record("g", member), group_epoch_record("g", 5)]:
+        parsed = parse_consumer_key(key)
+        assert parsed is not None
+        replay.record(parsed, record)
+    key, _value = current_assignment_record("g", member)
+    parsed = parse_consumer_key(key)
+    assert parsed is not None
+    replay.record(parsed, value)
+    return replay.result()["g"].members[member.member_id]
 
 
 def test_tombstones_remove_the_member_then_the_group() -> None:

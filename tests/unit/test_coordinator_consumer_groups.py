@@ -316,6 +316,54 @@ async def test_commits_need_the_current_member_epoch(env: CoordinatorEnv) -> Non
     )
 
 
+async def test_a_commit_racing_an_epoch_bump_is_good_for_the_partitions_the_member_kept(
+    env: CoordinatorEnv,
+) -> None:
+    """KIP-1251, as in Kafka 4.3: an epoch older than the member's is accepted for the
+    partitions it has held since that epoch, for OffsetCommit and TxnOffsetCommit alike."""
+    env.topics.add("t")
+    a, b = Client(env, "a"), Client(env, "b")
+    await a.join()
+    await b.join()
+    await a.beat()  # told to give three partitions up, at epoch 1 still
+    await a.beat()  # gave them up: epoch 2
+    await b.beat()  # and b gets them at epoch 2
+    assert (a.epoch, b.epoch) == (2, 2)
+    kept = ("t", min(a.partitions))
+    given = ("t", min(b.partitions))
+
+    racing = await env.coordinator.commit_offsets("g", 1, "a", None, {kept: offset(7)})
+    lost = await env.coordinator.commit_offsets(
+        "g", 1, "a", None, {kept: offset(8), given: offset(8)}
+    )
+    early = await env.coordinator.commit_offsets("g", 1, "b", None, {given: offset(9)})
+    txn = await within(
+        env.coordinator.commit_transactional_offsets("g", 4000, 0, "a", 1, None, {kept: offset(10)})
+    )
+    txn_lost = await within(
+        env.coordinator.commit_transactional_offsets(
+            "g", 4001, 0, "a", 1, None, {given: offset(10)}
+        )
+    )
+
+    assert racing == {kept: E.none}
+    assert lost == {kept: E.stale_member_epoch, given: E.stale_member_epoch}
+    assert early == {given: E.stale_member_epoch}
+    assert txn == {kept: E.none}
+    assert txn_lost == {given: E.stale_member_epoch}
+    code, found = env.coordinator.fetch_offsets("g", [kept, given])
+    assert code is E.none and found[given] is None
+    assert found[kept] is not None and found[kept].offset == 7
+
+    await env.reload()  # the assignment epochs are in the records: a new coordinator keeps them
+
+    again = await env.coordinator.commit_offsets("g", 1, "a", None, {kept: offset(11)})
+    assert again == {kept: E.none}
+    for name in "ab":
+        member = env.coordinator.consumer.groups["g"].members[name]
+        assert member.assignment_epoch(T, kept[1]) == (1 if name == "a" else None)
+
+
 async def test_classic_and_consumer_groups_keep_to_their_own_ids(env: CoordinatorEnv) -> None:
     await join(env, "a", group="new")
     classic = await within(env.join("old"), 2)
