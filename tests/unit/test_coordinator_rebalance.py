@@ -384,23 +384,26 @@ async def test_heartbeat_while_completing_a_rebalance_is_fine(env: CoordinatorEn
 async def test_a_member_whose_heartbeats_stop_is_removed_and_the_group_rebalances(
     env: CoordinatorEnv,
 ) -> None:
-    leader, follower = await env.stable_group("g", 2, session_ms=60)
-    for _ in range(8):  # the leader keeps heartbeating for ~120 ms, the follower is silent
-        await asyncio.sleep(0.015)
-        env.heartbeat("g", leader)
+    leader, follower = await env.stable_group("g", 2, session_ms=400)
     group = env.coordinator.groups["g"]
+    # The leader heartbeats at a tenth of its session (a busy machine's stalls must not
+    # expire it too) until the silent follower has expired.
+    deadline = now() + 3
+    while follower.member_id in group.members and now() < deadline:
+        await asyncio.sleep(0.04)
+        env.heartbeat("g", leader)
     assert follower.member_id not in group.members
     assert env.heartbeat("g", leader) is E.rebalance_in_progress
-    again = await within(env.join("g", leader.member_id, session_ms=60))
+    again = await within(env.join("g", leader.member_id, session_ms=400))
     assert again.generation == leader.generation + 1
     assert [m[0] for m in again.members] == [leader.member_id]
     assert env.heartbeat("g", follower) is E.unknown_member_id
 
 
 async def test_a_member_that_heartbeats_stays(env: CoordinatorEnv) -> None:
-    leader, follower = await env.stable_group("g", 2, session_ms=50)
-    for _ in range(10):
-        await asyncio.sleep(0.015)
+    leader, follower = await env.stable_group("g", 2, session_ms=300)
+    for _ in range(10):  # 0.5 s in all, heartbeats a sixth of a session apart
+        await asyncio.sleep(0.05)
         assert env.heartbeat("g", leader) is E.none
         assert env.heartbeat("g", follower) is E.none
     assert env.state("g") == "Stable"

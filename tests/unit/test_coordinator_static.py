@@ -176,10 +176,13 @@ async def test_a_static_member_replaced_while_completing_triggers_a_rebalance(
 
 
 async def test_a_static_member_whose_session_expires_is_removed(env: CoordinatorEnv) -> None:
-    leader, follower = await env.stable_group("g", 2, instances=["i-a", "i-b"], session_ms=50)
+    leader, follower = await env.stable_group("g", 2, instances=["i-a", "i-b"], session_ms=400)
     group = env.coordinator.groups["g"]
-    for _ in range(10):
-        await asyncio.sleep(0.015)
+    # The leader heartbeats at a tenth of its session, so a busy machine's stalls do not
+    # expire it too; the silent follower expires.
+    deadline = asyncio.get_running_loop().time() + 3
+    while follower.member_id in group.members and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.04)
         env.heartbeat("g", leader)
     assert follower.member_id not in group.members
     assert env.instance[follower.member_id] not in group.static_members
