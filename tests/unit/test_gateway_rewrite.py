@@ -1523,14 +1523,21 @@ async def test_create_topics_before_v6_are_charged_permissively() -> None:
     assert isinstance(step, Forward) and step.throttle_ms == 900
 
 
-async def test_validate_only_and_unmetered_create_topics_are_not_charged() -> None:
-    mutations = StubMutations(refuse=frozenset({0}))
+async def test_validate_only_create_topics_are_charged_as_by_kafka() -> None:
+    mutations = StubMutations(refuse=frozenset({0}), throttle_ms=700)
     ctx = context(19, 7, quotas=METERED, mutations=mutations)
     request = replace(create_request(ctx.api, {"t1": 3}), validate_only=True)
 
     step = await topics.create_topics(ctx, request)
 
-    assert [t.name for t in broker_receives(ctx.api, step).topics] == ["acme.t1"]
+    assert mutations.calls == [([3], True)]
+    assert isinstance(step, Answer)
+    (result,) = answered(ctx.api, step).topics
+    assert (result.name, result.error_code) == ("t1", ErrorCode.throttling_quota_exceeded)
+
+
+async def test_create_topics_without_the_quota_are_not_charged() -> None:
+    mutations = StubMutations(refuse=frozenset({0}))
     lookups = StubLookups()
     unmetered = context(19, 7, mutations=mutations, lookups=lookups)
     await topics.create_topics(unmetered, create_request(unmetered.api, {"t1": 3}))
