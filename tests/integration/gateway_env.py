@@ -18,6 +18,7 @@ import struct
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -343,6 +344,19 @@ def tenancy(etcd_url: str, action: Any) -> Any:
             return await action(store)
 
     return run(go())
+
+
+def limit_refusals(key: TenantKey, limit: str) -> float:
+    """``shoal_gateway_limit_refusals_total`` of the key's tenant for ``limit``, as its
+    gateway's /metrics shows it now (0 before the first refusal)."""
+    with urllib.request.urlopen(key.gateway.metrics_url, timeout=10) as response:
+        text = response.read().decode()
+    for line in text.splitlines():
+        if line.startswith("shoal_gateway_limit_refusals_total{") and (
+            f'tenant="{key.tenant}"' in line and f'limit="{limit}"' in line
+        ):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
 
 
 def frame_size(data: bytes) -> int:

@@ -12,13 +12,12 @@ from __future__ import annotations
 import dataclasses
 import shutil
 import time
-import urllib.request
 from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import KafkaError, Producer
 from conftest import GatewayCluster, start_gateway_cluster
-from gateway_env import GatewayProcess, TenantKey, sasl_login
+from gateway_env import GatewayProcess, TenantKey, limit_refusals, sasl_login
 from harness import EtcdServer, wait_until
 from raw_kafka import RawConnection
 from shoal.tenancy.model import Quotas
@@ -48,14 +47,7 @@ def login(key: TenantKey) -> tuple[RawConnection, int, str | None]:
 
 
 def refusals(key: TenantKey) -> float:
-    with urllib.request.urlopen(key.gateway.metrics_url, timeout=10) as response:
-        text = response.read().decode()
-    for line in text.splitlines():
-        if line.startswith("shoal_gateway_limit_refusals_total{") and (
-            f'tenant="{key.tenant}"' in line and 'limit="connections"' in line
-        ):
-            return float(line.rsplit(" ", 1)[1])
-    return 0.0
+    return limit_refusals(key, "connections")
 
 
 def test_a_tenant_at_its_connection_limit_is_refused_at_login_and_others_are_not(

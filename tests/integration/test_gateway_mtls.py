@@ -31,7 +31,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import trustme
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
@@ -50,6 +49,7 @@ from kio.schema.errors import ErrorCode
 from raw_kafka import RawConnection, request_class
 from shoal.tenancy.acl import read_only_bindings
 from shoal.tenancy.model import Quotas, TenancyError
+from test_gateway_scram import auth_failures
 
 pytestmark = pytest.mark.slow
 
@@ -57,14 +57,6 @@ TIMEOUT_S = 30
 
 
 # -- helpers ---------------------------------------------------------------------------------
-
-
-def auth_failures(gateway: GatewayProcess) -> float:
-    text = httpx.get(gateway.metrics_url, timeout=10).text
-    found = re.search(
-        r'^shoal_gateway_authentication_failures_total\{door="kafka"\} (\S+)$', text, re.M
-    )
-    return float(found.group(1)) if found else 0.0
 
 
 def with_certificate(key: TenantKey, certificate: ClientCertificate) -> None:

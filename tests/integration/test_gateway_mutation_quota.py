@@ -15,14 +15,13 @@ from __future__ import annotations
 import datetime
 import sys
 import time
-import urllib.request
 import uuid
 from typing import Any
 
 import httpx
 from confluent_kafka.admin import AdminClient, NewTopic
 from conftest import GatewayCluster
-from gateway_env import TenantKey
+from gateway_env import TenantKey, limit_refusals
 from raw_kafka import RawConnection, request_class
 from shoal.tenancy.model import Quotas
 
@@ -91,14 +90,7 @@ def throttle_ms(response: Any) -> float:
 
 
 def refusals(key: TenantKey) -> float:
-    with urllib.request.urlopen(key.gateway.metrics_url, timeout=10) as response:
-        text = response.read().decode()
-    for line in text.splitlines():
-        if line.startswith("shoal_gateway_limit_refusals_total{") and (
-            f'tenant="{key.tenant}"' in line and 'limit="controller_mutations"' in line
-        ):
-            return float(line.rsplit(" ", 1)[1])
-    return 0.0
+    return limit_refusals(key, "controller_mutations")
 
 
 def test_a_creation_storm_is_refused_past_the_burst_and_others_are_unaffected(
