@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness import BrokerProcess, EtcdServer, start_all
+from harness import SHORT_LIVED_SPARK_JVM, BrokerProcess, EtcdServer, start_all
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
@@ -227,6 +227,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.local.dir", str(tmp_path_factory.mktemp("spark-local")))
+        .config("spark.driver.extraJavaOptions", SHORT_LIVED_SPARK_JVM)
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

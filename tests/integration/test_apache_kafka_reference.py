@@ -23,6 +23,7 @@ from harness import wait_until
 from shoal.benchmarks.apache_kafka import (
     BROKER_IDS,
     CONTROLLER_ID,
+    SHORT_RUN_JVM_OPTS,
     ApacheKafka,
     api_keys,
     default_kafka_home,
@@ -39,7 +40,9 @@ BROKER_REGISTRATION = 62  # an API only a KRaft controller serves
 def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApacheKafka]:
     home = default_kafka_home()
     subprocess.run(["make", "kafka", f"KAFKA_HOME={home}"], cwd=REPO, check=True, timeout=840)
-    cluster = ApacheKafka(tmp_path_factory.mktemp("apache-kafka"), home)
+    cluster = ApacheKafka(
+        tmp_path_factory.mktemp("apache-kafka"), home, jvm_opts=SHORT_RUN_JVM_OPTS
+    )
     with cluster:
         yield cluster
     for node in cluster.nodes:

@@ -44,7 +44,7 @@ from typing import Any
 import pytest
 from conftest import EtcdServer, GatewayCluster, _teardown, start_gateway_cluster
 from differential_scenarios import SCENARIOS, Endpoint, Scenario, normalise
-from shoal.benchmarks.apache_kafka import ApacheKafka, default_kafka_home
+from shoal.benchmarks.apache_kafka import SHORT_RUN_JVM_OPTS, ApacheKafka, default_kafka_home
 
 # A cold `make kafka` downloads about 150 MB from Maven Central.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
@@ -253,7 +253,7 @@ def systems(
     """Apache Kafka and Shoal (three brokers, a gateway, a tenant), started side by side."""
     home = default_kafka_home()
     subprocess.run(["make", "kafka", f"KAFKA_HOME={home}"], cwd=REPO, check=True, timeout=840)
-    kafka = ApacheKafka(tmp_path_factory.mktemp("apache-kafka"), home)
+    kafka = ApacheKafka(tmp_path_factory.mktemp("apache-kafka"), home, jvm_opts=SHORT_RUN_JVM_OPTS)
     kafka_error: list[BaseException] = []
 
     def start_kafka() -> None:

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from conftest import GatewayCluster
 from raw_kafka import RawConnection
-from shoal.benchmarks.apache_kafka import ApacheKafka, default_kafka_home
+from shoal.benchmarks.apache_kafka import SHORT_RUN_JVM_OPTS, ApacheKafka, default_kafka_home
 from shoal.tenancy.model import Quotas
 from test_gateway_mutation_quota import (
     THROTTLING_QUOTA_EXCEEDED,
@@ -46,7 +46,9 @@ Connect = Callable[[], RawConnection]
 def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApacheKafka]:
     home = default_kafka_home()
     subprocess.run(["make", "kafka", f"KAFKA_HOME={home}"], cwd=REPO, check=True, timeout=840)
-    cluster = ApacheKafka(tmp_path_factory.mktemp("apache-kafka-mutations"), home)
+    cluster = ApacheKafka(
+        tmp_path_factory.mktemp("apache-kafka-mutations"), home, jvm_opts=SHORT_RUN_JVM_OPTS
+    )
     with cluster:
         yield cluster
 

@@ -32,6 +32,7 @@ from harness import wait_until
 from kio.schema.errors import ErrorCode
 from raw_kafka import RawConnection
 from shoal.benchmarks.apache_kafka import (
+    SHORT_RUN_JVM_OPTS,
     ApacheKafka,
     KafkaNode,
     default_kafka_home,
@@ -51,7 +52,12 @@ class ScramKafka(ApacheKafka):
     (brokers and tools keep using the plain one, so nothing else changes)."""
 
     def __init__(self, data_dir: Path, kafka_home: Path) -> None:
-        super().__init__(data_dir, kafka_home, broker_heap=("-Xmx512m", "-Xms128m"))
+        super().__init__(
+            data_dir,
+            kafka_home,
+            broker_heap=("-Xmx512m", "-Xms128m"),
+            jvm_opts=SHORT_RUN_JVM_OPTS,
+        )
         base = free_port_block(len(self.brokers))
         self.sasl_ports = {b.node_id: base + i for i, b in enumerate(self.brokers)}
 

@@ -25,7 +25,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 from confluent_kafka import Producer
-from harness import free_port_block, wait_until
+from harness import SHORT_LIVED_SPARK_JVM, free_port_block, wait_until
 from test_dev import alive, child_pids, start_dev
 
 from shoal.cli.client import read_properties
@@ -114,6 +114,7 @@ def spark_submit(job: str, *args: str, log: Path) -> None:
     argv = [
         str(SPARK_SUBMIT), "--master", "local[2]", "--conf", "spark.ui.enabled=false",
         "--conf", f"spark.sql.warehouse.dir={log.parent / 'spark-warehouse'}",
+        "--driver-java-options", SHORT_LIVED_SPARK_JVM,
         str(JOBS / job), *args,
     ]  # fmt: skip
     with open(log, "ab") as output:

@@ -42,6 +42,7 @@ import pytest
 from confluent_kafka import TIMESTAMP_CREATE_TIME, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from gateway_env import TenantKey
+from harness import SHORT_LIVED_SPARK_JVM
 
 # A cold `make spark-kafka` downloads about 10 MB from Maven Central.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -105,6 +106,7 @@ def _in_spark_start(jars: list[str], local_dir: str) -> None:
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.local.dir", local_dir)
+        .config("spark.driver.extraJavaOptions", SHORT_LIVED_SPARK_JVM)
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
