@@ -44,11 +44,15 @@ iproute2:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq iproute2; \
 	  else sudo apt-get update -qq && sudo apt-get install -y -qq iproute2; fi; }
 
-# mypy reads the editable install's link tree, where broker/ is shoal/broker.
+# mypy reads the editable install's link tree, where broker/ is shoal/broker. Its
+# cache lives outside the checkout, so a fresh clone (CI's) checks in seconds
+# rather than half a minute: mypy trusts a cached module only if its file's hash
+# still matches.
+MYPY_CACHE ?= $(HOME)/.cache/shoal/mypy
 check: $(VENV)/.installed-test
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy $(wildcard build/__editable__.shoal-*/shoal)
+	$(BIN)/mypy --cache-dir $(MYPY_CACHE) $(wildcard build/__editable__.shoal-*/shoal)
 	cd build && ../$(BIN)/lint-imports --config ../.importlinter
 
 # PySpark runs Spark's JVM: the connector's tests need Java 17 or newer.
