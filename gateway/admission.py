@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from shoal.gateway.connection_rate import ConnectionRates, LoginVerdict
 from shoal.gateway.mutation_quota import MutationQuotas, MutationVerdict
 from shoal.gateway.quota_shares import TrafficLedger
 from shoal.gateway.quotas import FetchTicket, QuotaManager
@@ -50,11 +51,13 @@ class Admission:
         traffic: TrafficLedger,
         clock: Callable[[], float] = time.monotonic,
         mutations: MutationQuotas | None = None,
+        logins: ConnectionRates | None = None,
     ) -> None:
         self.quotas = quotas
         self.traffic = traffic
         self._clock = clock
         self.mutations = mutations if mutations is not None else MutationQuotas()
+        self.logins = logins if logins is not None else ConnectionRates()
         self._produce_queues: dict[str, asyncio.Lock] = {}
         self._fetch_queues: dict[str, asyncio.Lock] = {}
 
@@ -120,6 +123,16 @@ class Admission:
             self.traffic.admitted(
                 "mutations", tenant, verdict.charged, waited=verdict.throttle_ms > 0
             )
+        return verdict
+
+    def login(self, tenant: str, limit: float | None) -> LoginVerdict:
+        """Charge one accepted login to the tenant's connection creation rate
+        (:mod:`shoal.gateway.connection_rate`). Never waits: the session holds the
+        login for the verdict's wait, or refuses it."""
+        verdict = self.logins.admit(tenant, limit, self._clock())
+        if limit is not None:
+            held = verdict.wait_s > 0
+            self.traffic.admitted("logins", tenant, 0 if verdict.refused else 1, waited=held)
         return verdict
 
     def fetched(self, ticket: FetchTicket | None, nbytes: int) -> int:

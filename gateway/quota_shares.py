@@ -35,6 +35,15 @@ a request throttled. Its buckets burst 11 seconds of their part (Kafka's), so
 the bound there is ``quota * T`` plus 11 seconds of the quota plus one
 round's change, plus, per replica, the one topic that may overdraw a bucket.
 
+The connection creation rate (``max_connection_rate``,
+:mod:`shoal.gateway.connection_rate`) is a fourth direction, "logins": logins
+let through a second, and whether one was held. Each replica's bucket bursts
+one second of its part, and at least one login, so over any span T a tenant
+opens at most ``rate * T`` plus one second of the rate, plus one login per
+replica (the minimum burst), plus one round's change. A replica the tenant
+has not used yet holds only the floor of an even share until its held logins
+are reported, a round later.
+
 Cost: one etcd put and one range read per replica per second, of a size
 proportional to the tenants with quotas and traffic there.
 """
@@ -46,9 +55,10 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-Direction = Literal["produce", "fetch", "mutations"]
-"""Bytes produced, bytes fetched, and partitions created or deleted (controller mutations)."""
-DIRECTIONS: Final[tuple[Direction, ...]] = ("produce", "fetch", "mutations")
+Direction = Literal["produce", "fetch", "mutations", "logins"]
+"""Bytes produced, bytes fetched, partitions created or deleted (controller mutations),
+and Kafka connections opened (logins)."""
+DIRECTIONS: Final[tuple[Direction, ...]] = ("produce", "fetch", "mutations", "logins")
 
 HEADROOM: Final = 1.25
 """A replica that did not wait gets its last second's rate times this."""

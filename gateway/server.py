@@ -36,6 +36,8 @@ from shoal.gateway.oauth.keystore import SigningKeyStore
 from shoal.gateway.quota_shares import QuotaShares, TrafficLedger
 from shoal.gateway.quotas import QuotaConfig, QuotaManager
 from shoal.gateway.session import ClientSession
+from shoal.gateway.storage import StorageSurveyor
+from shoal.gateway.storage_limit import StorageLimits
 from shoal.gateway.tenancy_view import StoreAcls, StoreQuotas, TenancyView
 from shoal.gateway.tracing import GatewayTracing
 from shoal.gateway.upstream import UpstreamError
@@ -150,6 +152,15 @@ class GatewayServices:
     sessions_by_key: dict[str, set[ClientSession]] = field(default_factory=dict)
     tracing: GatewayTracing | None = None
     """Spans per request (shoal.tracing); None when tracing is not configured."""
+    storage: StorageSurveyor = field(init=False)
+    """The one survey of the brokers' storage: the usage route and the storage limits
+    share it, so the brokers see one round of DescribeLogDirs per period."""
+    storage_limits: StorageLimits = field(init=False)
+    """Limited tenants' stored bytes, kept fresh by a background task."""
+
+    def __post_init__(self) -> None:
+        self.storage = StorageSurveyor(self.cluster)
+        self.storage_limits = StorageLimits(self.storage, lambda: self.tenancy.snapshot.tenants)
 
 
 def _advertised(host: str, configured: str | None) -> str:
@@ -259,6 +270,7 @@ class Gateway:
                     asyncio.create_task(membership.keep_alive()),
                     asyncio.create_task(self._refresh_brokers(services)),
                     asyncio.create_task(poll_group_lag(services)),
+                    asyncio.create_task(services.storage_limits.run()),
                 ]
                 ports = ", ".join(
                     f"{listener.name} {listener.host}:{listener.port}"

@@ -36,6 +36,10 @@ gateway's throttle has passed (KIP-219). CreateTopics, CreatePartitions and
 DeleteTopics are charged to the tenant's controller mutation quota by their
 rewriters (:mod:`shoal.gateway.mutation_quota`); the throttle they report
 (:attr:`~shoal.gateway.apis.base.Forward.throttle_ms`) is merged and muted alike.
+A login is charged to the tenant's connection creation rate once its credentials
+are accepted (:mod:`shoal.gateway.connection_rate`): held until its turn, the
+authentication timeout moved later by the hold, or refused when the hold would be
+too long.
 """
 
 from __future__ import annotations
@@ -63,6 +67,7 @@ from shoal.gateway.apis import (
 )
 from shoal.gateway.apis.base import Answer, RefusedRequestError, RequestContext
 from shoal.gateway.cluster_view import BrokerAddress
+from shoal.gateway.connection_rate import refusal_message
 from shoal.gateway.http.auth import TokenError
 from shoal.gateway.quotas import FetchTicket
 from shoal.gateway.sasl import (
@@ -73,6 +78,7 @@ from shoal.gateway.sasl import (
     parse_plain,
 )
 from shoal.gateway.scram import ScramExchange, parse_client_first
+from shoal.gateway.storage_limit import storage_check
 from shoal.gateway.tls_stream import TlsStream
 from shoal.gateway.tracing import RequestTrace
 from shoal.gateway.upstream import BrokerConnection, UpstreamError
@@ -186,6 +192,8 @@ class ClientSession:
         self._task: asyncio.Task[None] | None = None
         self._counted_for: str | None = None
         """The tenant this connection counts against (its connection limit)."""
+        self._auth_deadline: asyncio.Timeout | None = None
+        """The authentication timeout, moved later by as long as a login is held."""
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -196,7 +204,7 @@ class ClientSession:
         try:
             timeout_s = self.services.config.authentication_timeout_ms / 1000
             try:
-                async with asyncio.timeout(timeout_s):
+                async with asyncio.timeout(timeout_s) as self._auth_deadline:
                     if self.listener.client_certificates:
                         await self._authenticate_with_certificate()
                     else:
@@ -309,6 +317,7 @@ class ClientSession:
                         while isinstance(step, _Challenge):
                             await self._send_bare(step.data)
                             step = await self._login(body.mechanism, await self._read_frame())
+                        await self._pace_login(step)
                         self._count_connection(step)
                     except _LoginRefusedError:
                         await asyncio.sleep(_FAILED_AUTH_DELAY_S)
@@ -324,6 +333,7 @@ class ClientSession:
                     if isinstance(login, _Challenge):
                         await self._answer(header, api, _challenge(api, login.data))
                         continue
+                    await self._pace_login(login)
                     self._count_connection(login)
                 except _LoginRefusedError as exc:
                     await self._refuse(header, api, str(exc))
@@ -376,6 +386,7 @@ class ClientSession:
             raise _ClosedError("the client certificate's subject names no live key")
         login = _Login(key_id, access.tenant, lambda: tenancy.access(key_id), None)
         try:
+            await self._pace_login(login)
             self._count_connection(login)
         except _LoginRefusedError as exc:
             raise _ClosedError(str(exc)) from None
@@ -436,6 +447,34 @@ class ClientSession:
             login.key_id,
             lifetime.total_seconds(),
         )
+
+    async def _pace_login(self, login: _Login) -> None:
+        """Hold an accepted login until its tenant's connection creation rate lets it in
+        (:mod:`shoal.gateway.connection_rate`), or refuse it when the hold would be too
+        long. Held and refused logins are both counted in the limit-refusal metric: each
+        is a connection the limit kept back. The authentication timeout is moved later by
+        the hold, which is the gateway's doing, not the client's."""
+        access = login.rights()
+        rate = None if access is None else access.quotas.max_connection_rate
+        services = self.services
+        verdict = services.admission.login(
+            login.tenant, services.shares.share("logins", login.tenant, rate)
+        )
+        if rate is None or (verdict.wait_s <= 0 and not verdict.refused):
+            return
+        services.metrics.limit_refused(login.tenant, "connection_rate")
+        if verdict.refused:
+            log.info(
+                "event=gateway_login_refused peer=%s tenant=%s reason=connection_rate wait_s=%.1f",
+                self.peer,
+                login.tenant,
+                verdict.wait_s,
+            )
+            raise _LoginRefusedError(refusal_message(login.tenant, rate))
+        deadline = self._auth_deadline
+        if deadline is not None and (when := deadline.when()) is not None:
+            deadline.reschedule(when + verdict.wait_s)
+        await asyncio.sleep(verdict.wait_s)
 
     def _count_connection(self, login: _Login) -> None:
         """Count this connection against its tenant's limit, or refuse it when the tenant
@@ -679,6 +718,7 @@ class ClientSession:
             fetch_cap=None if ticket is None else ticket.reserved,
             tenant_keys=services.tenancy.tenant_keys,
             charge_mutations=mutation_charger(services, access),
+            storage_refusal=storage_check(services, access),
         )
         _, rewrite = REWRITERS[header.api_key]
         try:

@@ -55,6 +55,7 @@ from shoal.gateway.admission import QuotaWaitError, mutation_charger
 from shoal.gateway.apis import REWRITERS
 from shoal.gateway.apis.base import Answer, Lookups, RequestContext
 from shoal.gateway.cluster_view import BrokerAddress
+from shoal.gateway.storage_limit import storage_check
 from shoal.gateway.tracing import current_traceparent
 from shoal.gateway.upstream import CLIENT_ID, BrokerConnection, UpstreamError
 
@@ -249,6 +250,7 @@ class TenantClient:
             acl_store=self.services.acl_store,
             fetch_cap=fetch_cap,
             charge_mutations=mutation_charger(self.services, self.access),
+            storage_refusal=storage_check(self.services, self.access),
         )
         _, rewrite = REWRITERS[api_key]
         step = await rewrite(ctx, entity.request(**fields))

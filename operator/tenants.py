@@ -219,6 +219,8 @@ def _quotas(quotas: Mapping[str, Any]) -> Quotas:
         limit("maxPartitions", 0),
         limit("maxConnections", 1),
         rate("controllerMutationRate"),
+        limit("maxStorageBytes", 1),
+        rate("maxConnectionRate"),
     )
 
 

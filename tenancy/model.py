@@ -151,6 +151,13 @@ class Quotas:
     controller_mutation_rate: float | None = None
     """Partitions a second the tenant may create or delete (CreateTopics, CreatePartitions,
     DeleteTopics): Kafka's KIP-599 quota, a token bucket bursting 11 seconds' worth."""
+    max_storage_bytes: int | None = None
+    """Bytes the tenant's data may take once (leader replicas); at or past it, produce is
+    refused until records or topics are deleted (``shoal.gateway.storage_limit``)."""
+    max_connection_rate: float | None = None
+    """Kafka connections a second the tenant may open over all gateway replicas (Kafka's
+    KIP-612 ``connection_creation_rate``); faster logins are held, and refused past 10 s
+    (``shoal.gateway.connection_rate``)."""
 
 
 @dataclass(frozen=True, slots=True)

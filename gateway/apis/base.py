@@ -93,6 +93,10 @@ def _no_mutation_quota(costs: Sequence[int], strict: bool) -> MutationVerdict:
     return UNLIMITED
 
 
+def _no_storage_limit() -> str | None:
+    return None
+
+
 MutationCharger = Callable[[Sequence[int], bool], MutationVerdict]
 """Charges a request's topics (partitions each, in order) to the tenant's controller
 mutation quota, strictly or permissively (:mod:`shoal.gateway.mutation_quota`)."""
@@ -112,6 +116,9 @@ class RequestContext:
     charge_mutations: MutationCharger = field(default=_no_mutation_quota, kw_only=True)
     """The tenant's ``controller_mutation_rate`` budget (CreateTopics, CreatePartitions,
     DeleteTopics); the default is unlimited."""
+    storage_refusal: Callable[[], str | None] = field(default=_no_storage_limit, kw_only=True)
+    """Why the tenant may not produce now (its ``max_storage_bytes`` is reached,
+    :mod:`shoal.gateway.storage_limit`), or None; the default is unlimited."""
 
     @property
     def version(self) -> int:

@@ -1,13 +1,25 @@
-"""DescribeClientQuotas and AlterClientQuotas: the platform admin's quota APIs.
+"""DescribeClientQuotas and AlterClientQuotas: quotas as Kafka's admin tools read and set them.
 
 Shoal's quotas are per tenant, so the one entity type is ``user`` and its
 name is the tenant (``kafka-configs --entity-type users --entity-name acme``).
-Keys are Kafka's ``producer_byte_rate``, ``consumer_byte_rate`` and
-``controller_mutation_rate`` (partitions a second, KIP-599), plus Shoal's
-``max_partitions``. Only keys made with ``--platform-admin`` may use
-these APIs, because they see and change every tenant; any other key gets
-CLUSTER_AUTHORIZATION_FAILED. The gateway answers them itself from the
-tenancy records; no broker is involved.
+Keys are Kafka's ``producer_byte_rate``, ``consumer_byte_rate``,
+``controller_mutation_rate`` (partitions a second, KIP-599) and
+``connection_creation_rate`` (connections a second, KIP-612; a Tenant's
+``maxConnectionRate``), plus Shoal's ``max_partitions`` and
+``max_storage_bytes``. The gateway answers both APIs itself from the tenancy
+records; no broker is involved.
+
+Who sees what: a key made with ``--platform-admin`` sees and changes every
+tenant's quotas. Any other key may describe its own tenant's quotas, so that
+a client can learn the limits it works within (``kafka-configs --describe
+--entity-type users`` with the tenant's credentials): with no filter, a
+``user`` match-any, or an exact match of its own tenant's name, it sees its
+own entry and nobody else's; an exact match of any other name answers an
+empty list, the same answer as for a name that does not exist, so a tenant
+learns nothing of other tenants, not even whether they exist. A tenant's
+answer comes from the records the gateway enforces (read every poll), a
+platform admin's from etcd. Only platform admin keys may alter quotas; any
+other key gets CLUSTER_AUTHORIZATION_FAILED.
 """
 
 from __future__ import annotations
@@ -27,8 +39,11 @@ _KEYS: Final = {
     "consumer_byte_rate": "consumer_byte_rate",
     "max_partitions": "max_partitions",
     "controller_mutation_rate": "controller_mutation_rate",
+    "max_storage_bytes": "max_storage_bytes",
+    "connection_creation_rate": "max_connection_rate",
 }
-_ADMIN_ONLY: Final = "client quotas are for platform admin keys only"
+_WHOLE_NUMBERS: Final = frozenset({"max_partitions", "max_storage_bytes"})
+_ADMIN_ONLY: Final = "only platform admin keys may alter client quotas"
 
 
 def _values(quotas: Quotas) -> dict[str, float]:
@@ -42,36 +57,31 @@ def _values(quotas: Quotas) -> dict[str, float]:
 async def describe_client_quotas(ctx: RequestContext, request: Any) -> Step:
     api = ctx.api
 
-    def refuse(code: E, message: str) -> Answer:
-        return Answer(
-            api.response(
-                throttle_time=NO_THROTTLE, error_code=code, error_message=message, entries=None
-            )
-        )
-
-    if not ctx.access.platform_admin:
-        return refuse(E.cluster_authorization_failed, _ADMIN_ONLY)
+    nothing = Answer(
+        api.response(throttle_time=NO_THROTTLE, error_code=E.none, error_message=None, entries=())
+    )
     wanted: str | None = None
     for component in request.components:
         if component.entity_type != USER:
             if request.strict:
-                return Answer(
-                    api.response(
-                        throttle_time=NO_THROTTLE, error_code=E.none, error_message=None, entries=()
-                    )
-                )
+                return nothing
             continue
         if component.match_type == MATCH_EXACT:
             wanted = component.match
         elif component.match_type == MATCH_DEFAULT:
             # Shoal has no default-user quota; nothing matches.
-            return Answer(
-                api.response(
-                    throttle_time=NO_THROTTLE, error_code=E.none, error_message=None, entries=()
-                )
-            )
+            return nothing
+    # A tenant's key sees its own tenant's entry only, the quotas the gateway enforces
+    # on it now (no etcd read on its behalf); asking for another name finds nothing,
+    # as a name that does not exist finds nothing.
+    access = ctx.access
+    known = (
+        await ctx.quota_store.all_quotas()
+        if access.platform_admin
+        else {access.tenant: access.quotas}
+    )
     entries = []
-    for tenant, quotas in sorted((await ctx.quota_store.all_quotas()).items()):
+    for tenant, quotas in sorted(known.items()):
         values = _values(quotas)
         if (wanted is not None and tenant != wanted) or not values:
             continue
@@ -117,7 +127,7 @@ async def alter_client_quotas(ctx: RequestContext, request: Any) -> Step:
                 if value is not None and value <= 0:
                     code, message = E.invalid_request, f"{op.key} must be positive"
                     break
-                if attribute == "max_partitions" and value is not None:
+                if attribute in _WHOLE_NUMBERS and value is not None:
                     value = int(value)
                 quotas = replace_record(quotas, **{attribute: value})  # type: ignore[arg-type]
             if code == E.none and not request.validate_only:

@@ -12,6 +12,10 @@ TOPIC_AUTHORIZATION_FAILED, and the rest of the request goes on to the broker.
 A topic id that is not one of the tenant's topics gets UNKNOWN_TOPIC_ID, the
 same answer as an id that does not exist, so ids reveal nothing.
 
+A tenant whose stored bytes have reached its ``max_storage_bytes``
+(:mod:`shoal.gateway.storage_limit`) gets POLICY_VIOLATION, with a message
+naming the limit, on every partition it may write; nothing goes to a broker.
+
 DeleteRecords needs DELETE on the topic, as in Kafka. Like Produce it goes to
 the broker behind the port the client chose: clients send each partition to
 its leader's port (the port-per-broker addresses Metadata gave them), and a
@@ -47,14 +51,21 @@ async def produce(ctx: RequestContext, request: Any) -> Step:
     api, ns, access = ctx.api, ctx.ns, ctx.access
     txn = request.transactional_id
     txn_denied = txn is not None and not access.may_transaction(txn, Operation.WRITE)
-    forwarded, refused = [], []
+    allowed: list[Any] = []
+    refused: list[tuple[Any, E, str | None]] = []
     for topic in request.topic_data:
         if txn_denied:
-            refused.append((topic, E.transactional_id_authorization_failed))
+            refused.append((topic, E.transactional_id_authorization_failed, None))
         elif not topic.name or not access.may_topic(topic.name, Operation.WRITE):
-            refused.append((topic, E.topic_authorization_failed))
+            refused.append((topic, E.topic_authorization_failed, None))
         else:
-            forwarded.append(replace(topic, name=ns.inward(topic.name)))
+            allowed.append(topic)
+    full = ctx.storage_refusal() if allowed else None
+    if full is not None:
+        # The tenant's storage limit is reached: nothing is written, anywhere.
+        refused += [(topic, E.policy_violation, full) for topic in allowed]
+        allowed = []
+    forwarded = [replace(topic, name=ns.inward(topic.name)) for topic in allowed]
     refusals = tuple(
         api.make(
             "TopicProduceResponse",
@@ -68,14 +79,16 @@ async def produce(ctx: RequestContext, request: Any) -> Step:
                     log_append_time=None,
                     log_start_offset=-1,
                     record_errors=(),
-                    error_message=None,
+                    error_message=message,
                 )
                 for part in topic.partition_data
             ),
         )
-        for topic, code in refused
+        for topic, code, message in refused
     )
     if request.acks == 0:
+        if full is not None:
+            raise RefusedRequestError(f"acks=0 produce refused: {full}")
         if refused:
             raise RefusedRequestError("acks=0 produce to a topic the key may not write")
         return Forward(replace(request, topic_data=tuple(forwarded)), expects_response=False)

@@ -26,7 +26,6 @@ from shoal.gateway.http.errors import (
 )
 from shoal.gateway.http.oauth import router as oauth_router
 from shoal.gateway.metrics import install_metrics
-from shoal.gateway.storage import StorageSurveyor
 from shoal.gateway.tenant_client import BrokerPool, HomeBrokers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -98,7 +97,7 @@ def create_app(services: GatewayServices, lookups: Lookups | None = None) -> Fas
     app.state.lookups = lookups
     app.state.broker_pool = BrokerPool()
     app.state.home_brokers = HomeBrokers()
-    app.state.storage = StorageSurveyor(services.cluster)
+    app.state.storage = services.storage
     if services.tracing is not None:
         services.tracing.instrument(app)
     install_metrics(app, services)

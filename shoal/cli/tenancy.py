@@ -134,7 +134,10 @@ def tenant_list(etcd: EtcdOption, output: OutputOption = "table") -> None:
 
 
 def _limit(value: float | None) -> str:
-    return "unlimited" if value is None else f"{value:g}"
+    # Whole numbers in full: a byte count of 10737418240 is not "1.07374e+10".
+    if value is None:
+        return "unlimited"
+    return str(value) if isinstance(value, int) else f"{value:g}"
 
 
 @tenant_app.command("describe")
@@ -476,6 +479,21 @@ def quota_set(
             callback=_positive,
         ),
     ] = None,
+    max_storage_bytes: Annotated[
+        int | None,
+        typer.Option(
+            help="Bytes the tenant's data may take (leader replicas); past it, produce is refused.",
+            min=1,
+        ),
+    ] = None,
+    max_connection_rate: Annotated[
+        float | None,
+        typer.Option(
+            help="Kafka connections/s the tenant may open over all gateway replicas"
+            " (Kafka's KIP-612 connection_creation_rate); faster logins are held.",
+            callback=_positive,
+        ),
+    ] = None,
     clear: Annotated[bool, typer.Option(help="Remove every limit first.")] = False,
     output: OutputOption = "table",
 ) -> None:
@@ -491,6 +509,8 @@ def quota_set(
             controller_mutation_rate
             if controller_mutation_rate is not None
             else current.controller_mutation_rate,
+            max_storage_bytes if max_storage_bytes is not None else current.max_storage_bytes,
+            max_connection_rate if max_connection_rate is not None else current.max_connection_rate,
         )
         return await store.set_quotas(tenant, quotas)
 
@@ -509,4 +529,6 @@ def quota_show(tenant: str, etcd: EtcdOption, output: OutputOption = "table") ->
     table.add_row("max partitions", _limit(q.max_partitions))
     table.add_row("max connections", _limit(q.max_connections))
     table.add_row("controller mutations/s", _limit(q.controller_mutation_rate))
+    table.add_row("max storage bytes", _limit(q.max_storage_bytes))
+    table.add_row("connections/s", _limit(q.max_connection_rate))
     _emit(output, {"tenant": tenant, **asdict(q)}, table)

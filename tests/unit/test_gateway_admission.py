@@ -98,6 +98,7 @@ async def test_what_went_through_and_what_waited_is_reported_for_the_replicas() 
         "produce": {},
         "fetch": {},
         "mutations": {},
+        "logins": {},
     }
 
 
@@ -115,4 +116,17 @@ def test_controller_mutations_are_charged_and_reported_for_the_replicas() -> Non
     report = parse_report(gate.traffic.report(period_s=1.0))["mutations"]
     assert set(report) == {"acme"}, "an unlimited tenant is not reported"
     assert report["acme"].rate == 12
+    assert report["acme"].waited
+
+
+def test_logins_are_charged_and_reported_for_the_replicas() -> None:
+    gate = admission()
+    verdicts = [gate.login("acme", 2.0) for _ in range(3)]
+    unlimited = gate.login("globex", None)
+
+    assert [v.wait_s > 0 for v in verdicts] == [False, False, True]
+    assert unlimited.wait_s == 0 and not unlimited.refused
+    report = parse_report(gate.traffic.report(period_s=1.0))["logins"]
+    assert set(report) == {"acme"}, "an unlimited tenant is not reported"
+    assert report["acme"].rate == 3
     assert report["acme"].waited

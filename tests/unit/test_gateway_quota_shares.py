@@ -95,7 +95,7 @@ def test_a_replica_alone_or_not_yet_in_the_round_takes_its_even_part() -> None:
 
 
 def test_an_unreadable_report_reports_nothing() -> None:
-    nothing = {"produce": {}, "fetch": {}, "mutations": {}}
+    nothing = {"produce": {}, "fetch": {}, "mutations": {}, "logins": {}}
     assert parse_report(b"not json") == nothing
     assert parse_report(b"") == nothing
 
@@ -114,6 +114,21 @@ def test_controller_mutations_are_split_like_bytes() -> None:
     assert shares["a"].share("produce", "acme", rate) == rate / 2
     # A report from a gateway that knew no mutations still reads.
     assert parse_report(b'{"produce": {}, "fetch": {}}')["mutations"] == {}
+
+
+def test_logins_are_split_like_bytes() -> None:
+    """The connection creation rate goes where the tenant's logins are held."""
+    rate = 4.0
+    shares = {name: QuotaShares(name) for name in ("a", "b")}
+    ledger = TrafficLedger()
+    ledger.admitted("logins", "acme", 4, waited=True)
+    reports = {"a": ledger.report(1.0), "b": TrafficLedger().report(1.0)}
+    for replica in shares.values():
+        replica.update(reports)
+    assert shares["a"].share("logins", "acme", rate) == pytest.approx(rate * (1 - FLOOR / 2))
+    assert shares["b"].share("logins", "acme", rate) == pytest.approx(rate * FLOOR / 2)
+    # A report from a gateway that knew no logins still reads.
+    assert parse_report(b'{"produce": {}, "fetch": {}, "mutations": {}}')["logins"] == {}
 
 
 def test_open_connections_are_reported_and_counted_on_the_other_replicas() -> None:

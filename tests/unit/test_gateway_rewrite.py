@@ -156,6 +156,7 @@ def context(
     store: StubQuotaStore | None = None,
     fetch_cap: int | None = None,
     mutations: StubMutations | None = None,
+    storage_refusal: str | None = None,
 ) -> RequestContext:
     access = TenantAccess(
         TENANT,
@@ -172,6 +173,7 @@ def context(
         fetch_cap,
         acl_store=StubAclStore(),
         **({} if mutations is None else {"charge_mutations": mutations.charge}),
+        storage_refusal=lambda: storage_refusal,
     )
 
 
@@ -350,6 +352,43 @@ async def test_produce_acks_0_to_a_denied_topic_closes_the_connection() -> None:
 
     with pytest.raises(RefusedRequestError):
         await records.produce(ctx, request)
+
+
+FULL = "tenant acme stores 250 KB, its limit (maxStorageBytes) is 200 KB: delete records"
+
+
+@pytest.mark.parametrize("version", [3, 8, 9, 11])
+async def test_produce_over_the_storage_limit_is_refused_on_every_partition(version: int) -> None:
+    ctx = context(0, version, storage_refusal=FULL)
+
+    step = await records.produce(ctx, produce_request(ctx.api, ["orders", "audit"]))
+
+    response = answered(ctx.api, step)
+    parts = {t.name: t.partition_responses for t in response.responses}
+    assert set(parts) == {"orders", "audit"}
+    for (part,) in parts.values():
+        assert part.error_code == ErrorCode.policy_violation
+        if version >= 8:  # the first version with a partition error message
+            assert part.error_message == FULL
+
+
+async def test_produce_over_the_storage_limit_keeps_an_acl_refusal_as_it_is() -> None:
+    ctx = context(0, 9, bindings=denying(TOPIC, "secret", Operation.WRITE), storage_refusal=FULL)
+
+    step = await records.produce(ctx, produce_request(ctx.api, ["orders", "secret"]))
+
+    codes = {t.name: t.partition_responses[0].error_code for t in answered(ctx.api, step).responses}
+    assert codes == {
+        "orders": ErrorCode.policy_violation,
+        "secret": ErrorCode.topic_authorization_failed,
+    }
+
+
+async def test_produce_acks_0_over_the_storage_limit_closes_the_connection() -> None:
+    ctx = context(0, 9, storage_refusal=FULL)
+
+    with pytest.raises(RefusedRequestError, match="maxStorageBytes"):
+        await records.produce(ctx, produce_request(ctx.api, ["orders"], acks=0))
 
 
 async def test_produce_acks_0_is_forwarded_without_waiting_for_a_response() -> None:
@@ -1971,15 +2010,45 @@ def alter_quotas_request(
     )
 
 
+def described(response: Any) -> dict[str, dict[str, float]]:
+    return {e.entity[0].entity_name: {v.key: v.value for v in e.values} for e in response.entries}
+
+
 @pytest.mark.parametrize("version", [0, 1])
-async def test_describe_client_quotas_is_for_platform_admins_only(version: int) -> None:
-    ctx = context(48, version, store=quota_store())
+@pytest.mark.parametrize("match", [None, "acme"])
+async def test_a_tenants_key_describes_its_own_quotas_only(version: int, match: str | None) -> None:
+    # The key's quotas as the gateway enforces them, not another tenant's.
+    own = Quotas(producer_byte_rate=1e6, max_storage_bytes=200_000)
+    ctx = context(48, version, quotas=own, store=quota_store())
 
-    step = await client_quotas.describe_client_quotas(ctx, describe_quotas_request(ctx.api))
+    request = describe_quotas_request(ctx.api, match=match)
+    response = answered(ctx.api, await client_quotas.describe_client_quotas(ctx, request))
 
-    response = answered(ctx.api, step)
-    assert response.error_code == ErrorCode.cluster_authorization_failed
-    assert response.entries is None
+    assert response.error_code == ErrorCode.none
+    assert described(response) == {
+        "acme": {"producer_byte_rate": 1e6, "max_storage_bytes": 200_000.0}
+    }
+
+
+@pytest.mark.parametrize("match", ["globex", "nobody"])
+async def test_a_tenants_key_finds_nothing_under_another_name(match: str) -> None:
+    # An existing tenant and a name that exists nowhere get the same answer.
+    ctx = context(48, 1, quotas=Quotas(producer_byte_rate=1e6), store=quota_store())
+
+    request = describe_quotas_request(ctx.api, match=match)
+    response = answered(ctx.api, await client_quotas.describe_client_quotas(ctx, request))
+
+    assert (response.error_code, response.entries) == (ErrorCode.none, ())
+
+
+async def test_a_tenant_without_quotas_describes_an_empty_list() -> None:
+    ctx = context(48, 1, store=quota_store())
+
+    response = answered(
+        ctx.api, await client_quotas.describe_client_quotas(ctx, describe_quotas_request(ctx.api))
+    )
+
+    assert (response.error_code, response.entries) == (ErrorCode.none, ())
 
 
 async def test_describe_client_quotas_lists_every_tenant_with_quotas() -> None:
@@ -2062,6 +2131,18 @@ async def test_client_quotas_know_kafkas_controller_mutation_rate() -> None:
         "consumer_byte_rate": 2e6,
         "controller_mutation_rate": 2.5,
     }
+
+
+async def test_client_quotas_know_the_storage_limit_in_whole_bytes() -> None:
+    store = quota_store()
+    ctx = context(49, 1, platform_admin=True, store=store)
+
+    request = alter_quotas_request(ctx.api, "globex", {"max_storage_bytes": 200_000.0})
+    response = answered(ctx.api, await client_quotas.alter_client_quotas(ctx, request))
+
+    assert [e.error_code for e in response.entries] == [ErrorCode.none]
+    assert store.writes == [("globex", Quotas(consumer_byte_rate=2e6, max_storage_bytes=200_000))]
+    assert isinstance(store.writes[0][1].max_storage_bytes, int)
 
 
 @pytest.mark.parametrize(

@@ -317,7 +317,7 @@ async def test_the_metrics_server_serves_a_registry_on_its_own_port() -> None:
 
 
 async def test_the_tenant_facing_http_app_serves_no_metrics() -> None:
-    services = SimpleNamespace(metrics=GatewayMetrics(), tracing=None, cluster=None)
+    services = SimpleNamespace(metrics=GatewayMetrics(), tracing=None, cluster=None, storage=None)
     app = create_app(services)  # type: ignore[arg-type]
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as client:

@@ -50,7 +50,13 @@ def test_defaults_tenant_id_from_the_resource_name_and_roles_from_the_crd() -> N
 def test_quotas_and_acls_are_read() -> None:
     spec = tenant_spec(
         name="other",
-        quotas={"producerByteRate": 1000, "maxPartitions": 0, "controllerMutationRate": 2.5},
+        quotas={
+            "producerByteRate": 1000,
+            "maxPartitions": 0,
+            "controllerMutationRate": 2.5,
+            "maxStorageBytes": 200_000,
+            "maxConnectionRate": 4,
+        },
         keys=[{"name": "app", "role": "none"}],
         acls=[
             {"key": "app", "resourceType": "TOPIC", "resourceName": "in", "operation": "READ"},
@@ -66,7 +72,11 @@ def test_quotas_and_acls_are_read() -> None:
     )
     assert spec.tenant == "other"
     assert spec.quotas == Quotas(
-        producer_byte_rate=1000, max_partitions=0, controller_mutation_rate=2.5
+        producer_byte_rate=1000,
+        max_partitions=0,
+        controller_mutation_rate=2.5,
+        max_storage_bytes=200_000,
+        max_connection_rate=4.0,
     )
     assert spec.acls[0].pattern_type is PatternType.LITERAL
     assert spec.acls[0].permission is Permission.ALLOW
@@ -91,6 +101,10 @@ def test_quotas_and_acls_are_read() -> None:
         ({"quotas": {"maxPartitions": -1}}, "maxPartitions"),
         ({"quotas": {"controllerMutationRate": 0}}, "controllerMutationRate"),
         ({"quotas": {"controllerMutationRate": "fast"}}, "controllerMutationRate"),
+        ({"quotas": {"maxStorageBytes": 0}}, "maxStorageBytes"),
+        ({"quotas": {"maxStorageBytes": 1.5}}, "maxStorageBytes"),
+        ({"quotas": {"maxConnectionRate": 0}}, "maxConnectionRate"),
+        ({"quotas": {"maxConnectionRate": "fast"}}, "maxConnectionRate"),
         (
             {
                 "acls": [
