@@ -513,3 +513,114 @@ def test_a_tenant_flooding_from_many_connections_doors_and_replicas_gets_its_quo
         assert rate <= FLOOD_MOST * FLOOD_QUOTA, (name, rates)
         if name != "thirty-two":
             assert rate >= FLOOD_LEAST * FLOOD_QUOTA, (name, rates)
+
+
+class ReaderFlood(threading.Thread):
+    """``consumers`` confluent-kafka consumers of one tenant, each reading every
+    partition of ``topic`` from the beginning, flat out, over and over (back to
+    offset 0 at each partition's end), so a modest backlog keeps them all busy.
+    Consumer ``i`` uses gateway ``keys[i % len(keys)]``."""
+
+    def __init__(self, keys: list[TenantKey], topic: str, consumers: int) -> None:
+        super().__init__(daemon=True, name=f"readers-{keys[0].tenant}")
+        self.keys = keys
+        self.topic = topic
+        self.consumers = consumers
+        self.meter = Meter()
+        self.errors: list[str] = []
+        self._stopping = threading.Event()
+
+    def run(self) -> None:
+        readers = [
+            threading.Thread(target=self._read, args=(self.keys[i % len(self.keys)],), daemon=True)
+            for i in range(self.consumers)
+        ]
+        for reader in readers:
+            reader.start()
+        for reader in readers:
+            reader.join(60)
+
+    def _read(self, key: TenantKey) -> None:
+        # A small prefetch queue: what a consumer holds unread at either end of the
+        # measurement is then a rounding error beside 30 s of the quota.
+        settings = {**CONSUMER_SETTINGS, "queued.max.messages.kbytes": 1024}
+        consumer = Consumer(key.librdkafka(**{"group.id": f"{key.tenant}-readers", **settings}))
+        consumer.assign([TopicPartition(self.topic, p, 0) for p in range(FLOOD_PARTITIONS)])
+        try:
+            while not self._stopping.is_set():
+                nbytes = 0
+                for message in consumer.consume(1000, 0.05):
+                    error = message.error()
+                    if error is None:
+                        nbytes += len(message.value())
+                    elif error.code() == KafkaError._PARTITION_EOF:
+                        consumer.seek(TopicPartition(self.topic, message.partition(), 0))
+                    else:
+                        self.errors.append(error.str())
+                if nbytes:
+                    self.meter.add(nbytes)
+        finally:
+            consumer.close()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self.join(120)
+
+
+FLOOD_BACKLOG_BYTES = 6_000_000
+"""Each reader tenant's backlog, read again and again: six seconds of its quota."""
+
+
+def test_a_tenant_reading_from_many_connections_and_replicas_gets_its_quota_once(
+    cluster: GatewayCluster,
+) -> None:
+    """Four tenants with the same consumer quota read flat out at once: from 1, 8
+    and 32 consumers on one gateway, and from 8 consumers spread over two gateway
+    replicas. Each is handed its quota over 30 s, no more: a fetch budget is the
+    tenant's, not a connection's or a replica's. (Consumers have one door: the
+    HTTP API produces but does not consume.)"""
+    first = cluster.gateway
+    second = GatewayProcess(
+        first.etcd_url, first.upstream, cluster.root / "second-reader-gateway", brokers=1
+    ).start()
+    # name: (consumers, the gateway replicas they use)
+    shapes = {
+        "one": (1, [first]),
+        "eight": (8, [first]),
+        "thirty-two": (32, [first]),
+        "both-replicas": (8, [first, second]),
+    }
+    keys = {
+        name: cluster.tenant(f"readers-{name}", quotas=Quotas(consumer_byte_rate=FLOOD_QUOTA))
+        for name in shapes
+    }
+    time.sleep(TENANCY_POLL_S)
+    for key in keys.values():
+        admin = AdminClient(key.librdkafka())
+        admin.create_topics([NewTopic("backlog", FLOOD_PARTITIONS)])["backlog"].result(30)
+        fill(key, "backlog", FLOOD_BACKLOG_BYTES)
+    floods = {
+        name: ReaderFlood(
+            [dataclasses.replace(keys[name], gateway=g) for g in gateways], "backlog", consumers
+        )
+        for name, (consumers, gateways) in shapes.items()
+    }
+    try:
+        for flood in floods.values():
+            flood.start()
+        start = time.monotonic() + FLOOD_WARM_UP_S
+        end = start + FLOOD_MEASURE_S
+        time.sleep(end - time.monotonic())
+    finally:
+        for flood in floods.values():
+            flood.stop()
+        second.stop()
+    rates = {name: flood.meter.rate(start, end) for name, flood in floods.items()}
+    print("\nread, times the quota, over", f"{FLOOD_MEASURE_S:g} s:", {
+        name: round(rate / FLOOD_QUOTA, 3) for name, rate in rates.items()
+    })  # fmt: skip
+    for name, flood in floods.items():
+        assert not flood.errors, (name, flood.errors[:3])
+    for name, rate in rates.items():
+        assert rate <= FLOOD_MOST * FLOOD_QUOTA, (name, rates)
+        assert rate >= FLOOD_LEAST * FLOOD_QUOTA, (name, rates)
