@@ -19,6 +19,11 @@ identities Kubernetes' RBAC bootstrap policy grants their roles to), the
 service-account key pair, kubeconfigs, and each process's log. Every process
 is started in a process group of its own and the group is ended on ``stop()``.
 
+The API server keeps an audit log of the requests made by service accounts
+(``audit_events()``): which verb on which resource, and the answer. The
+operator's test compares it with the chart's RBAC, so the chart grants
+nothing the operator does not use (tests/kube/rbac_audit.py).
+
 Run it by hand (see docs/kube-test-control-plane.md)::
 
     PYTHONPATH=tests .venv/bin/python tests/kube/control_plane.py
@@ -69,6 +74,24 @@ KWOK_NODE_ANNOTATION: Final = ("kwok.x-k8s.io/node", "fake")
 
 START_TIMEOUT_S: Final = 120.0
 STOP_TIMEOUT_S: Final = 10.0
+
+AUDIT_POLICY: Final[dict[str, Any]] = {
+    # Who did what, for the service accounts only: an operator's RBAC is
+    # checked against what its account really asked (tests/kube/rbac_audit.py).
+    # Metadata names the user, verb, resource and answer without the bodies
+    # (Secrets among them); everyone else (the admin's kubectl, the components'
+    # certificates) is left out, which keeps the log small.
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    # RequestReceived would log every request twice over, with no answer yet.
+    "omitStages": ["RequestReceived"],
+    "rules": [
+        {"level": "Metadata", "userGroups": ["system:serviceaccounts"]},
+        {"level": "None"},
+    ],
+}
+AUDIT_LOG_MAX_MB: Final = 1024
+"""Far above what a session writes, so the log is never rotated away under a reader."""
 
 
 def binaries_dir() -> Path:
@@ -338,6 +361,13 @@ class ControlPlane:
     _apiserver: Component | None = None
     _apiserver_is_ready: Callable[[], bool] | None = None
     _healthz_ports: list[int] = field(default_factory=list)
+    starting: list[tuple[datetime.datetime, datetime.datetime]] = field(default_factory=list)
+    """When the API server was started and not yet ready (UTC), each start.
+
+    It answers before its RBAC authorizer has read the roles, and refuses
+    everyone meanwhile (403 with no reason); a client that reconnects at once,
+    as the operator does after a restart, gets a refusal or two.
+    """
 
     @property
     def kubectl_path(self) -> Path:
@@ -367,6 +397,27 @@ class ControlPlane:
     def get_json(self, *args: str) -> dict[str, Any]:
         """``kubectl get ARGS -o json``, parsed."""
         return self.kubectl_json("get", *args)
+
+    @property
+    def audit_log(self) -> Path:
+        """The API server's audit log: a JSON event per line (see :data:`AUDIT_POLICY`)."""
+        return self.directory / "logs" / "audit.log"
+
+    def audit_events(self) -> list[dict[str, Any]]:
+        """Every audit event so far (requests by service accounts), oldest first.
+
+        The API server writes an event before it answers (the log backend's
+        blocking mode), so a request a test has seen answered is in the log. A
+        last line without its newline is an event being written, left for the
+        next call.
+        """
+        try:
+            text = self.audit_log.read_text()
+        except FileNotFoundError:
+            return []
+        lines = text.split("\n")
+        lines.pop()  # "" after the last newline, or the event being written
+        return [json.loads(line) for line in lines if line]
 
     def log_tails(self) -> str:
         return "\n".join(f"--- {c.name} ({c.log_path})\n{c.log_tail()}" for c in self.components)
@@ -431,6 +482,8 @@ class ControlPlane:
             ca,
             ca.issue("scheduler", "system:kube-scheduler"),
         )
+        audit_policy = self.directory / "audit-policy.yaml"
+        audit_policy.write_text(yaml.safe_dump(AUDIT_POLICY))
         self.env = {
             **os.environ,
             "KUBECONFIG": str(self.kubeconfig),
@@ -470,14 +523,19 @@ class ControlPlane:
                 # with a back-off: pods turned Running, or went, up to a minute
                 # late. Off, every client lists and watches as before 1.32.
                 "--feature-gates=WatchList=false",
+                f"--audit-policy-file={audit_policy}",
+                f"--audit-log-path={self.audit_log}",
+                "--audit-log-format=json",
+                # Written before the answer, so a test finds what it just did.
+                "--audit-log-mode=blocking",
+                f"--audit-log-maxsize={AUDIT_LOG_MAX_MB}",
                 "--profiling=false",
             ],
             logs,
         )
-        apiserver.start()
         self._apiserver = apiserver
         self._apiserver_is_ready = self._apiserver_ready(ca, admin)
-        _wait("kube-apiserver /readyz", self._apiserver_is_ready, [apiserver], START_TIMEOUT_S)
+        self._start_apiserver("kube-apiserver /readyz")
 
         controller_manager_port = free_port()
         scheduler_port = free_port()
@@ -578,21 +636,29 @@ class ControlPlane:
         once marked the KWOK nodes and their pods NotReady a minute after the
         restart, and KWOK, whose stages make only new pods Ready, left them so.
         """
-        apiserver, ready = self._apiserver, self._apiserver_is_ready
-        assert apiserver is not None and ready is not None, "the control plane is not started"
+        apiserver = self._apiserver
+        assert apiserver is not None, "the control plane is not started"
         others = [c for c in self.components if c is not apiserver]
         stopped = time.monotonic()
         for component in reversed(others):
             component.stop()
         apiserver.stop()
         time.sleep(down_s)
-        apiserver.start()
-        _wait("kube-apiserver /readyz after a restart", ready, [apiserver], START_TIMEOUT_S)
+        self._start_apiserver("kube-apiserver /readyz after a restart")
         away = time.monotonic() - stopped
         for component in others:
             component.start()
         self._wait_components_ready()
         return away
+
+    def _start_apiserver(self, what: str) -> None:
+        """Starts the API server, waits for /readyz, and notes the time between in ``starting``."""
+        apiserver, ready = self._apiserver, self._apiserver_is_ready
+        assert apiserver is not None and ready is not None
+        started = datetime.datetime.now(datetime.UTC)
+        apiserver.start()
+        _wait(what, ready, [apiserver], START_TIMEOUT_S)
+        self.starting.append((started, datetime.datetime.now(datetime.UTC)))
 
     def _component(self, name: str, args: list[str], logs: Path) -> Component:
         component = Component(name, [str(self.bin_dir / name), *args], logs / f"{name}.log")

@@ -5,7 +5,8 @@
   ClusterRole the operator binds brokers to), and a kubeconfig holding a token
   for that ServiceAccount from the TokenRequest API. The operator runs with
   that identity, never as the admin, so whatever the chart's RBAC does not
-  grant fails as it would in a real cluster.
+  grant fails as it would in a real cluster; and what it grants is compared
+  with what the API server's audit log says the operator used (rbac_audit.py).
 * :class:`OperatorProcess`: ``shoal operator`` as a child process (the
   chart's container runs ``shoal operator --liveness-port 8081 ...``), with
   that kubeconfig, an endpoints file (``SHOAL_OPERATOR_ENDPOINTS_FILE``)
@@ -45,6 +46,7 @@ from lightkube.models.core_v1 import (
 )
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import PersistentVolume, PersistentVolumeClaim
+from rbac_audit import Roles, bound_roles, service_account_user
 
 CHART = ROOT / "helm" / "shoal"
 SHOAL = ROOT / ".venv" / "bin" / "shoal"
@@ -120,7 +122,9 @@ class OperatorIdentity:
             "--show-only", "templates/rbac.yaml",
             "--show-only", "templates/broker-node-reader.yaml",
         ).stdout  # fmt: skip
-        self.objects = [doc for doc in yaml.safe_load_all(rendered) if doc]
+        self.chart = [doc for doc in yaml.safe_load_all(rendered) if doc]
+        """The chart's objects, as rendered: what its RBAC grants the operator."""
+        self.objects = list(self.chart)
         kube.kubectl("create", "namespace", namespace)
         kube.kubectl(
             "apply",
@@ -157,6 +161,16 @@ class OperatorIdentity:
             )
         )
         self.kubeconfig.chmod(0o600)
+
+    @property
+    def user(self) -> str:
+        """The user the API server sees: the name its audit events carry."""
+        return service_account_user(self.namespace, OPERATOR_ACCOUNT)
+
+    def chart_roles(self) -> Roles:
+        """The rules the chart binds to the operator's ServiceAccount (not the
+        tests' peering rules, not the brokers' node reader)."""
+        return bound_roles(self.chart, self.namespace, OPERATOR_ACCOUNT)
 
     def _install_peering(self, kube: ControlPlane, namespace: str) -> None:
         """kopf's peering CRD, the peering object, and the rights to use it.

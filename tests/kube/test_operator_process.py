@@ -12,7 +12,9 @@ The operator runs as a replica of a kopf peering (the chart runs one
 standalone replica; the peering objects and their RBAC are the tests' own).
 One operator, one pair of brokers and one control plane serve the module;
 each test has its own namespace and Cluster. The replica test kills the
-first replica: the one that took over serves the tests after it.
+first replica: the one that took over serves the tests after it. The last
+test compares what the chart's RBAC grants the operator with what the API
+server's audit log says it used (rbac_audit.py).
 """
 
 from __future__ import annotations
@@ -36,8 +38,16 @@ from harness import BrokerProcess, EtcdServer, start_all
 from helm_cli import Helm
 from lightkube import Client, KubeConfig
 from lightkube.resources.core_v1 import Pod
-from operator_process import SHOAL, OperatorIdentity, OperatorProcess, VolumeProvisioner
+from operator_process import (
+    PEERING_RULES,
+    SHOAL,
+    OperatorIdentity,
+    OperatorProcess,
+    VolumeProvisioner,
+)
+from rbac_audit import Grant, covered, table, use_of
 from shoal.operator.builders import TEMPLATE_HASH
+from shoal.operator.builders.common import MANAGED_BY
 from shoal.operator.kafka_admin import ClusterAdmin
 
 NAME = "demo"
@@ -379,6 +389,42 @@ class PodWatch:
             )
 
 
+def stale_children(namespace: str, uid: str) -> list[dict[str, Any]]:
+    """One object of each kind the operator prunes, as an earlier operator that built
+    more would have left them: the Cluster's labels and owner, a name no builder uses.
+
+    Pruning is how an upgrade removes what the new builders no longer make, for
+    every kind the operator makes; its rack-less ServiceAccount is the only
+    object today's builders drop by themselves.
+    """
+    name, stale = f"{NAME}-stale", {"shoal.dev/test": "stale"}
+    meta = {
+        "name": name,
+        "namespace": namespace,
+        "labels": {"app.kubernetes.io/instance": NAME, "app.kubernetes.io/managed-by": MANAGED_BY},
+        "ownerReferences": [
+            {"apiVersion": "shoal.dev/v1alpha1", "kind": "Cluster", "name": NAME, "uid": uid}
+        ],
+    }
+    template = {
+        "metadata": {"labels": stale},
+        "spec": {"containers": [{"name": "stale", "image": "registry.invalid/stale"}]},
+    }
+    workload = {"replicas": 0, "selector": {"matchLabels": stale}, "template": template}
+    return [
+        {"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": meta,
+         "spec": {**workload, "serviceName": name}},
+        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta, "spec": workload},
+        {"apiVersion": "v1", "kind": "Service", "metadata": meta,
+         "spec": {"selector": stale, "ports": [{"port": 80}]}},
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {}},
+        {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": meta,
+         "spec": {"maxUnavailable": 1, "selector": {"matchLabels": stale}}},
+        {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": meta,
+         "spec": {"podSelector": {"matchLabels": stale}, "policyTypes": ["Ingress"]}},
+    ]  # fmt: skip
+
+
 def unavailable_at_once(events: list[PodEvent], names: list[str]) -> int:
     """The most broker pods that were missing, terminating or not Ready at one time."""
     state: dict[str, PodEvent | None] = dict.fromkeys(names)
@@ -395,7 +441,12 @@ def test_a_changed_cluster_rolls_brokers_one_at_a_time_and_drops_what_it_no_long
 ) -> None:
     kube = operated.kube
     operated.apply(namespace, RACKED)
-    operated.ready_cluster(namespace)
+    uid = operated.ready_cluster(namespace)["metadata"]["uid"]
+    stale = stale_children(namespace, uid)
+    kube.kubectl(
+        "apply", "-f", "-",
+        input=json.dumps({"apiVersion": "v1", "kind": "List", "items": stale}),
+    )  # fmt: skip
     before = {p["metadata"]["name"]: p for p in broker_pods(kube, namespace)}
     old_hash = before["demo-broker-0"]["metadata"]["annotations"][TEMPLATE_HASH]
     watch = PodWatch(kube, namespace).start()
@@ -445,6 +496,12 @@ def test_a_changed_cluster_rolls_brokers_one_at_a_time_and_drops_what_it_no_long
     assert settings["SHOAL_LOG_RETENTION_MS"] == "3600000"
     assert not operated.exists("serviceaccount", "demo-broker", "-n", namespace)
     assert not operated.exists("clusterrolebinding", f"shoal-{namespace}-{NAME}-broker-node-reader")
+    left = [
+        f"{c['kind']}/{c['metadata']['name']}"
+        for c in stale
+        if operated.exists(c["kind"].lower(), c["metadata"]["name"], "-n", namespace)
+    ]
+    assert left == []
     assert cluster["status"]["brokers"] == {"desired": 2, "ready": 2}
 
     operated.delete_cluster(namespace)
@@ -539,6 +596,32 @@ def test_a_tenant_gets_its_key_secret_and_a_topic_its_partitions_on_the_brokers(
     ready_resource(operated, "topic", namespace, "orders")
     assert broker_topics(operated)[f"{tenant}.orders"] == 2
 
+    # A Tenant deleted while its Cluster runs takes its Topic resources (whose
+    # finalizers delete the topics on the brokers) and its key Secrets with it.
+    leaving = f"u{namespace[2:]}"
+    kube.kubectl(
+        "apply", "--server-side", "-f", "-",
+        input=json.dumps({"apiVersion": "v1", "kind": "List", "items": [
+            {"apiVersion": "shoal.dev/v1alpha1", "kind": "Tenant",
+             "metadata": {"name": leaving, "namespace": namespace},
+             "spec": {"cluster": NAME, "keys": [{"name": "app", "role": "default"}]}},
+            {"apiVersion": "shoal.dev/v1alpha1", "kind": "Topic",
+             "metadata": {"name": "logs", "namespace": namespace},
+             "spec": {"cluster": NAME, "tenant": leaving, "partitions": 1, "replicas": 2}},
+        ]}),
+    )  # fmt: skip
+    ready_resource(operated, "tenant", namespace, leaving)
+    ready_resource(operated, "topic", namespace, "logs")
+    assert operated.exists("secret", f"shoal-{leaving}-app", "-n", namespace)
+    kube.kubectl("delete", "tenant.shoal.dev", leaving, "-n", namespace, "--timeout=60s")
+    assert not operated.exists("secret", f"shoal-{leaving}-app", "-n", namespace)
+    operated.wait(
+        lambda: not operated.exists("topic.shoal.dev", "logs", "-n", namespace),
+        60,
+        "the leaving Tenant's Topic resource to go with it",
+    )
+    assert not any(t.startswith(f"{leaving}.") for t in broker_topics(operated))
+
     # The Cluster deleted before its Tenant and Topic (docs/kubernetes.md,
     # "Deleting"): it goes; they stay, and when deleted later their
     # finalizers find no cluster and release them instead of hanging.
@@ -625,3 +708,70 @@ def test_the_operator_survives_an_api_server_restart(operated: Operated, namespa
     operated.ready_cluster(namespace)
     assert operated.operator.running
     operated.delete_cluster(namespace)
+
+
+EXPECTED_UNUSED: dict[Grant, str] = {
+    Grant("", "nodes", "get"): (
+        "never asked: held so that the API server lets the operator bind brokers to "
+        "shoal-broker-node-reader (RBAC grants only what the granter holds)"
+    ),
+}
+"""Grants the operator needs that no request of its shows, each with the reason."""
+USED_ON_FAILURE: dict[Grant, str] = {
+    Grant("", "events", "create"): (
+        "kopf posts a handler's warnings and errors as Events (posting.level WARNING in "
+        "operator_settings): only when a handler fails, which a test may or may not see"
+    ),
+}
+"""Grants for failure paths: used or not, either is fine."""
+
+
+def test_the_operator_used_every_grant_of_the_chart_and_was_refused_nothing(
+    operated: Operated, request: pytest.FixtureRequest
+) -> None:
+    """The chart grants the operator what it uses, and nothing more.
+
+    Last in the file, so it runs after every other test of the module (pytest
+    keeps a module's order), and reads what they made the operator do from
+    the API server's audit log. A test rather than a check in the module
+    fixture's teardown: a failure there would show as an error in the
+    teardown of whichever test ran last, not as a test named for what it
+    protects. With part of the module selected the log shows part of the
+    operator's work, so it skips.
+
+    The peering requests (``clusterkopfpeerings.kopf.dev``) are left out: the
+    chart runs one standalone replica and grants none of them; the tests'
+    own ClusterRole (``PEERING_RULES``) does.
+    """
+    module = request.node.module
+    everything = {n for n in vars(module) if n.startswith("test_")}
+    selected = {
+        i.originalname
+        for i in request.session.items
+        if isinstance(i, pytest.Function) and i.module is module
+    }
+    if selected != everything:
+        pytest.skip(
+            f"needs every test of the module; not selected: {sorted(everything - selected)}"
+        )
+
+    identity = operated.identity
+    roles = identity.chart_roles()
+    use = use_of(operated.kube.audit_events(), identity.user, operated.kube.starting)
+    used = {g for g in use.grants if not covered(g, PEERING_RULES)}
+    print(f"{use.requests} requests by {identity.user}\n{table(roles.grants, used)}")
+    print(f"refused while the API server started: {use.refused_starting}")
+    failed = request.session.testsfailed
+    note = f" ({failed} earlier test(s) failed: their paths may not have run)" if failed else ""
+
+    assert roles.wildcards == [], "the chart's operator rules have wildcards"
+    assert use.refused == [], f"the API server refused the operator {len(use.refused)} request(s)"
+    allowed = EXPECTED_UNUSED.keys()
+    unused = sorted(str(g) for g in roles.grants - used - allowed - USED_ON_FAILURE.keys())
+    assert unused == [], f"granted, never used{note}:\n{table(roles.grants, used)}"
+    ungranted = sorted(str(g) for g in (allowed | USED_ON_FAILURE.keys()) - roles.grants)
+    assert ungranted == [], "allowed unused, but not granted: drop them from the lists above"
+    needless = sorted(str(g) for g in allowed & used)
+    assert needless == [], "used after all: drop them from EXPECTED_UNUSED"
+    beyond = sorted(str(g) for g in used - roles.grants)
+    assert beyond == [], "used, allowed by something other than the chart's operator rules"
