@@ -900,6 +900,11 @@ class Log:
                 self.unflushed_messages = max(0, self.unflushed_messages - pending)
             self.last_flush_ms = self.clock()
 
+    @property
+    def flushing(self) -> bool:
+        """A flush is under way: its thread may be writing any of the segments it took."""
+        return self._flush_lock.locked()
+
     def close(self) -> None:
         self.closed = True
         if not self.offline:  # an offline log is recovered on restart, without a snapshot

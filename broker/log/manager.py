@@ -51,6 +51,8 @@ HW_CHECKPOINT: Final = "replication-offset-checkpoint"
 LOG_START_CHECKPOINT: Final = "log-start-offset-checkpoint"
 PARTITION_METADATA: Final = "partition.metadata"
 DELETE_SUFFIX: Final = "-delete"
+_DESTROY_RETRY_S: Final = 0.05
+"""How soon a destroy that met a flush of its log looks again."""
 
 TopicPartition = tuple[str, int]
 
@@ -107,7 +109,7 @@ class LogManager:
         self.logs: dict[TopicPartition, Log] = {}
         self._topic_ids: dict[str, uuid.UUID] = {}
         self._tasks: list[asyncio.Task[None]] = []
-        self._doomed: dict[int, tuple[asyncio.TimerHandle, list[LogSegment]]] = {}
+        self._doomed: dict[int, tuple[asyncio.TimerHandle, Log, list[LogSegment]]] = {}
         self.clean_shutdown = (data_dir / CLEAN_SHUTDOWN_FILE).exists()
         self.offline = asyncio.Event()
         """Set by the first failed write in the data directory (KIP-112's offline log
@@ -308,14 +310,23 @@ class LogManager:
 
     def destroy_later(self, log_: Log, segments: list[LogSegment]) -> None:
         """Destroy segments taken out of ``log_`` after its ``file.delete.delay.ms``."""
-        delay = log_.config.file_delete_delay_ms / 1000
-        token = id(segments)
-        handle = asyncio.get_running_loop().call_later(delay, self._destroy, token)
-        self._doomed[token] = (handle, segments)
+        self._destroy_in(log_.config.file_delete_delay_ms / 1000, id(segments), log_, segments)
+
+    def _destroy_in(
+        self, delay_s: float, token: int, log_: Log, segments: list[LogSegment]
+    ) -> None:
+        handle = asyncio.get_running_loop().call_later(delay_s, self._destroy, token)
+        self._doomed[token] = (handle, log_, segments)
 
     def _destroy(self, token: int) -> None:
-        handle, segments = self._doomed.pop(token)
+        handle, log_, segments = self._doomed.pop(token)
         handle.cancel()
+        if log_.flushing:
+            # The flush's thread may hold these segments: closed under it, its fsync
+            # fails, and its index writes bring back files just unlinked (seen: a
+            # retention run during a flush left *.index.deleted behind for good).
+            self._destroy_in(_DESTROY_RETRY_S, token, log_, segments)
+            return
         for segment in segments:
             segment.destroy()
 

@@ -121,13 +121,13 @@ class _Crashable:
 
     def crash(self, manager: LogManager) -> None:
         self.open_ones.remove(manager)
-        for handle, _ in manager._doomed.values():
+        for handle, _, _ in manager._doomed.values():
             handle.cancel()
         for log in manager.logs.values():
             for segment in log.segments:
                 if not segment.file.closed:
                     segment.file.close()
-        for _, doomed in manager._doomed.values():
+        for _, _, doomed in manager._doomed.values():
             for segment in doomed:
                 if not segment.file.closed:
                     segment.file.close()

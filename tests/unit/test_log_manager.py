@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from shoal.broker.log import log as log_module
 from shoal.broker.log.checkpoint import read_offsets, write_offsets
 from shoal.broker.log.config import LogConfig
 from shoal.broker.log.log import KafkaStorageError
@@ -58,7 +60,7 @@ class Managers:
         for task in manager._tasks:
             task.cancel()
         segments = [s for log in manager.logs.values() for s in log.segments]
-        for handle, doomed in manager._doomed.values():
+        for handle, _, doomed in manager._doomed.values():
             handle.cancel()  # segments waiting for file.delete.delay.ms
             segments.extend(doomed)
         for segment in segments:
@@ -299,6 +301,43 @@ async def test_apply_retention_renames_now_and_removes_files_after_the_delay(
     await _wait_until(lambda: not list(part.glob("*.deleted")))
     assert in_flight.file.closed
     assert manager.apply_retention() == 0
+
+
+async def test_segments_doomed_during_a_flush_are_destroyed_after_it(
+    managers, data_dir, helpers, clock, monkeypatch
+) -> None:
+    """A flush's thread may hold a segment that retention dooms meanwhile: destroyed
+    under it, the flush's fsync failed on the closed file and its index writes brought
+    back files just unlinked (seen under load in make test). The destroy waits."""
+    manager = managers.open()
+    log = manager.get_or_create(
+        "orders", 0, TOPIC_ID, _config(retention_ms=HOUR, file_delete_delay_ms=0)
+    )
+    log.append_as_leader(helpers.make_batch(2, timestamp=clock.now - 2 * HOUR), 0)
+    log.roll()
+    log.append_as_leader(helpers.make_batch(2), 0)
+    log.high_watermark = 4
+    flush_all = log_module._flush_all
+    started, release = threading.Event(), threading.Event()
+
+    def held_flush(segments: list) -> None:
+        started.set()
+        release.wait(10)
+        flush_all(segments)
+
+    monkeypatch.setattr(log_module, "_flush_all", held_flush)
+    flushing = asyncio.create_task(log.flush())
+    await asyncio.to_thread(started.wait, 10)
+
+    assert manager.apply_retention() == 1
+    part = data_dir / "orders-0"
+    await asyncio.sleep(0.2)
+    assert (part / "00000000000000000000.log.deleted").exists(), "destroyed under the flush"
+    release.set()
+    await flushing  # no fsync of a closed file
+    await _wait_until(lambda: not list(part.glob("*.deleted")))
+    await asyncio.sleep(0.1)
+    assert not list(part.glob("*.deleted")), "a flush brought deleted files back"
 
 
 async def test_apply_retention_respects_the_high_watermark(managers, helpers, clock) -> None:
