@@ -67,7 +67,13 @@ def helm(kube: ControlPlane) -> Helm:
 
 
 CRDS = ROOT / "helm" / "shoal" / "crds"
-CRD_NAMES = ["clusters.shoal.dev", "topics.shoal.dev", "tenants.shoal.dev"]
+# Shoal's, and kopf's peering CRD that the chart ships for operator replicas.
+CRD_NAMES = [
+    "clusters.shoal.dev",
+    "topics.shoal.dev",
+    "tenants.shoal.dev",
+    "clusterkopfpeerings.kopf.dev",
+]
 
 
 @pytest.fixture(scope="session")

@@ -66,49 +66,8 @@ INTERVALS = {
 }
 
 
-PEERING = "shoal-test"
-PEERING_CRD = {
-    # kopf's own definition (kopf's peering.yaml): kopf writes each replica's
-    # record into .status of the main resource, so no status subresource.
-    "apiVersion": "apiextensions.k8s.io/v1",
-    "kind": "CustomResourceDefinition",
-    "metadata": {"name": "clusterkopfpeerings.kopf.dev"},
-    "spec": {
-        "scope": "Cluster",
-        "group": "kopf.dev",
-        "names": {
-            "kind": "ClusterKopfPeering",
-            "plural": "clusterkopfpeerings",
-            "singular": "clusterkopfpeering",
-        },
-        "versions": [
-            {
-                "name": "v1",
-                "served": True,
-                "storage": True,
-                "schema": {
-                    "openAPIV3Schema": {
-                        "type": "object",
-                        "properties": {
-                            "status": {
-                                "type": "object",
-                                "x-kubernetes-preserve-unknown-fields": True,
-                            }
-                        },
-                    }
-                },
-            }
-        ],
-    },
-}
-PEERING_RULES = [
-    # What kopf's peering needs: read the peering object and write its own record.
-    {
-        "apiGroups": ["kopf.dev"],
-        "resources": ["clusterkopfpeerings"],
-        "verbs": ["get", "list", "watch", "patch"],
-    }
-]
+PEERING = OPERATOR_ACCOUNT
+"""The chart's ClusterKopfPeering (``operator.replicas`` above one): named after its operator."""
 
 
 class OperatorIdentity:
@@ -121,6 +80,9 @@ class OperatorIdentity:
             "template", RELEASE, str(CHART), "-n", namespace,
             "--show-only", "templates/rbac.yaml",
             "--show-only", "templates/broker-node-reader.yaml",
+            "--show-only", "templates/operator-peering.yaml",
+            # Replicas in kopf's peering: the peering object and its grants.
+            "--set", "operator.replicas=2",
         ).stdout  # fmt: skip
         self.chart = [doc for doc in yaml.safe_load_all(rendered) if doc]
         """The chart's objects, as rendered: what its RBAC grants the operator."""
@@ -132,7 +94,6 @@ class OperatorIdentity:
             "-",
             input=json.dumps({"kind": "List", "apiVersion": "v1", "items": self.objects}),
         )
-        self._install_peering(kube, namespace)
         token = kube.kubectl(
             "create", "token", OPERATOR_ACCOUNT, "-n", namespace, "--duration=2h"
         ).stdout.strip()
@@ -168,60 +129,13 @@ class OperatorIdentity:
         return service_account_user(self.namespace, OPERATOR_ACCOUNT)
 
     def chart_roles(self) -> Roles:
-        """The rules the chart binds to the operator's ServiceAccount (not the
-        tests' peering rules, not the brokers' node reader)."""
+        """The rules the chart binds to the operator's ServiceAccount (its
+        peering's included; not the brokers' node reader)."""
         return bound_roles(self.chart, self.namespace, OPERATOR_ACCOUNT)
-
-    def _install_peering(self, kube: ControlPlane, namespace: str) -> None:
-        """kopf's peering CRD, the peering object, and the rights to use it.
-
-        The chart runs one standalone replica and grants none of this; the
-        tests run replicas in a peering, as a chart with ``replicas > 1``
-        would have to: these objects are what it would add.
-        """
-        name = f"{OPERATOR_ACCOUNT}-peering"
-        kube.kubectl("apply", "-f", "-", input=json.dumps(PEERING_CRD))
-        kube.kubectl(
-            "wait", "--for=condition=Established", "--timeout=60s",
-            "crd", PEERING_CRD["metadata"]["name"],  # type: ignore[index]
-        )  # fmt: skip
-        objects = [
-            {
-                "apiVersion": "kopf.dev/v1",
-                "kind": "ClusterKopfPeering",
-                "metadata": {"name": PEERING},
-            },
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "ClusterRole",
-                "metadata": {"name": name},
-                "rules": PEERING_RULES,
-            },
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "ClusterRoleBinding",
-                "metadata": {"name": name},
-                "roleRef": {
-                    "apiGroup": "rbac.authorization.k8s.io",
-                    "kind": "ClusterRole",
-                    "name": name,
-                },
-                "subjects": [
-                    {"kind": "ServiceAccount", "name": OPERATOR_ACCOUNT, "namespace": namespace}
-                ],
-            },
-        ]
-        kube.kubectl(
-            "apply",
-            "-f",
-            "-",
-            input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}),
-        )
-        self.objects += objects[1:]
 
     def remove(self) -> None:
         for obj in self.objects:
-            if obj["kind"] in ("ClusterRole", "ClusterRoleBinding"):
+            if obj["kind"] in ("ClusterRole", "ClusterRoleBinding", "ClusterKopfPeering"):
                 self.kube.kubectl(
                     "delete", obj["kind"].lower(), obj["metadata"]["name"], "--wait=false",
                     check=False,

@@ -62,16 +62,6 @@ def grants_of(rules: Iterable[Mapping[str, Any]]) -> set[Grant]:
     }
 
 
-def covered(grant: Grant, rules: Iterable[Mapping[str, Any]]) -> bool:
-    """Whether some rule allows ``grant``, wildcards included."""
-    return any(
-        any(g in ("*", grant.group) for g in rule.get("apiGroups", []))
-        and any(r in ("*", grant.resource) for r in rule.get("resources", []))
-        and any(v in ("*", grant.verb) for v in rule.get("verbs", []))
-        for rule in rules
-    )
-
-
 def bound_roles(objects: Sequence[Mapping[str, Any]], namespace: str, account: str) -> Roles:
     """The rules of every Role and ClusterRole in ``objects`` that a binding in
     ``objects`` gives the ServiceAccount ``namespace/account``.

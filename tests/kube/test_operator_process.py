@@ -8,8 +8,8 @@ Cluster's broker addresses (an endpoints file) lead to two real ``shoal
 broker`` processes on loopback with node ids 0 and 1, so the health the
 operator reports and the roller's safety checks are asked of real brokers.
 
-The operator runs as a replica of a kopf peering (the chart runs one
-standalone replica; the peering objects and their RBAC are the tests' own).
+The operator runs as a replica of a kopf peering, as the chart runs it with
+``operator.replicas`` above one (its ClusterKopfPeering and peering grants).
 One operator, one pair of brokers and one control plane serve the module;
 each test has its own namespace and Cluster. The replica test kills the
 first replica: the one that took over serves the tests after it. The last
@@ -39,13 +39,13 @@ from helm_cli import Helm
 from lightkube import Client, KubeConfig
 from lightkube.resources.core_v1 import Pod
 from operator_process import (
-    PEERING_RULES,
+    PEERING,
     SHOAL,
     OperatorIdentity,
     OperatorProcess,
     VolumeProvisioner,
 )
-from rbac_audit import Grant, covered, table, use_of
+from rbac_audit import Grant, table, use_of
 from shoal.operator.builders import TEMPLATE_HASH
 from shoal.operator.builders.common import MANAGED_BY
 from shoal.operator.kafka_admin import ClusterAdmin
@@ -647,7 +647,7 @@ def test_two_replicas_one_acts_and_the_other_takes_over_when_it_is_killed(
     # Both replicas keep a record in the peering object; the lower priority
     # one starts paused and stays so (kopf logs nothing while it does).
     def peers() -> list[int] | None:
-        status = kube.get_json("clusterkopfpeering", "shoal-test").get("status") or {}
+        status = kube.get_json("clusterkopfpeering", PEERING).get("status") or {}
         priorities = sorted(peer["priority"] for peer in status.values())
         return priorities if priorities == [100, 200] else None
 
@@ -739,9 +739,9 @@ def test_the_operator_used_every_grant_of_the_chart_and_was_refused_nothing(
     protects. With part of the module selected the log shows part of the
     operator's work, so it skips.
 
-    The peering requests (``clusterkopfpeerings.kopf.dev``) are left out: the
-    chart runs one standalone replica and grants none of them; the tests'
-    own ClusterRole (``PEERING_RULES``) does.
+    The operator runs as the chart runs it with ``operator.replicas`` above
+    one, so its peering grants (``clusterkopfpeerings.kopf.dev``) are checked
+    too.
     """
     module = request.node.module
     everything = {n for n in vars(module) if n.startswith("test_")}
@@ -758,7 +758,7 @@ def test_the_operator_used_every_grant_of_the_chart_and_was_refused_nothing(
     identity = operated.identity
     roles = identity.chart_roles()
     use = use_of(operated.kube.audit_events(), identity.user, operated.kube.starting)
-    used = {g for g in use.grants if not covered(g, PEERING_RULES)}
+    used = use.grants
     print(f"{use.requests} requests by {identity.user}\n{table(roles.grants, used)}")
     print(f"refused while the API server started: {use.refused_starting}")
     failed = request.session.testsfailed

@@ -53,7 +53,8 @@ def test_chart_lints_strictly_with_each_values_file(helm: str, values: str) -> N
 @pytest.mark.parametrize("values", VALUES)
 def test_every_rendered_object_and_crd_validates_strictly(helm: str, values: str) -> None:
     docs = helm_template(helm, values, crds=True)
-    assert len(find(docs, "CustomResourceDefinition")) == 3
+    # Shoal's three and kopf's peering CRD.
+    assert len(find(docs, "CustomResourceDefinition")) == 4
     assert validate_all(docs) == len(docs)
 
 
@@ -131,6 +132,40 @@ def test_operator_runs_once_non_root_with_kopf_liveness(helm: str) -> None:
     assert security["allowPrivilegeEscalation"] is False
     assert security["capabilities"] == {"drop": ["ALL"]}
     assert container["resources"]["requests"]["memory"]
+
+
+def test_operator_replicas_elect_one_through_kopf_peering(helm: str) -> None:
+    docs = render(helm, "values.yaml", "operator.replicas=3", "operator.peering.lifetimeSeconds=20")
+    (deployment,) = find(docs, "Deployment", "shoal-operator")
+    assert deployment["spec"]["replicas"] == 3
+    # One serves and the others wait, so old and new replicas may overlap.
+    assert deployment["spec"]["strategy"]["type"] == "RollingUpdate"
+    env = env_of(operator_container(docs))
+    assert env["SHOAL_OPERATOR_PEERING"] == "shoal-operator"
+    assert env["SHOAL_OPERATOR_PEERING_LIFETIME_S"] == "20"
+    (peering,) = find(docs, "ClusterKopfPeering")
+    assert peering["apiVersion"] == "kopf.dev/v1"
+    assert peering["metadata"]["name"] == "shoal-operator"
+    (role,) = find(docs, "ClusterRole", "shoal-operator")
+    assert {
+        "apiGroups": ["kopf.dev"],
+        "resources": ["clusterkopfpeerings"],
+        "verbs": ["list", "watch", "patch"],
+    } in role["rules"]
+
+    standalone = render(helm, "values.yaml")
+    assert not find(standalone, "ClusterKopfPeering")
+    assert "SHOAL_OPERATOR_PEERING" not in env_of(operator_container(standalone))
+
+
+def test_operator_replicas_need_a_cluster_wide_operator(helm: str) -> None:
+    result = subprocess.run(
+        [helm, "template", "shoal", str(CHART), "--set", "operator.replicas=2",
+         "--set", "watchNamespaces={team-a}"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert result.returncode != 0
+    assert "operator.replicas above 1 needs a cluster-wide operator" in result.stderr
 
 
 def test_operator_gives_clusters_its_own_image(helm: str) -> None:

@@ -76,4 +76,11 @@ watches every namespace, a Role in each namespace of watchNamespaces.
 - apiGroups: [""]
   resources: [nodes]
   verbs: [get]
+{{- if gt (int .Values.operator.replicas) 1 }}
+# Replicas in kopf's peering list and watch the peering object and patch
+# their own record into its status.
+- apiGroups: [kopf.dev]
+  resources: [clusterkopfpeerings]
+  verbs: [list, watch, patch]
+{{- end }}
 {{- end -}}
