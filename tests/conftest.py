@@ -178,11 +178,12 @@ def module_gateway_cluster(
     request: pytest.FixtureRequest,
     name: str,
     broker_env: dict[str, str] | None = None,
+    brokers: int = 3,
 ) -> Iterator[GatewayCluster]:
-    """The body of a module-scoped fixture: three brokers behind one gateway, stopped
+    """The body of a module-scoped fixture: ``brokers`` brokers behind one gateway, stopped
     after the module's tests, with the gateway's log printed if one of them failed."""
     root = tmp_path_factory.mktemp(name)
-    cluster, started = start_gateway_cluster(etcd, root, brokers=3, broker_env=broker_env)
+    cluster, started = start_gateway_cluster(etcd, root, brokers=brokers, broker_env=broker_env)
     yield cluster
     failed = any(
         getattr(item, "report_call", None) is not None and item.report_call.failed

@@ -10,13 +10,12 @@ second (the quota rounds), so the test waits a round before it crosses over.
 from __future__ import annotations
 
 import dataclasses
-import shutil
 import time
 from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import KafkaError, Producer
-from conftest import GatewayCluster, start_gateway_cluster
+from conftest import GatewayCluster, module_gateway_cluster
 from gateway_env import GatewayProcess, TenantKey, limit_refusals, sasl_login
 from harness import EtcdServer, wait_until
 from raw_kafka import RawConnection
@@ -29,15 +28,13 @@ SASL_AUTHENTICATION_FAILED = 58
 
 
 @pytest.fixture(scope="module")
-def cluster(etcd: EtcdServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayCluster]:
-    root = tmp_path_factory.mktemp("connection-limits")
-    gateway_cluster, started = start_gateway_cluster(etcd, root, brokers=1)
-    yield gateway_cluster
-    if gateway_cluster.gateway.running:
-        gateway_cluster.gateway.stop()
-    for broker in started:
-        broker.kill()
-    shutil.rmtree(root, ignore_errors=True)
+def cluster(
+    etcd: EtcdServer, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[GatewayCluster]:
+    """One broker behind one gateway: the limits are the gateway's."""
+    yield from module_gateway_cluster(
+        etcd, tmp_path_factory, request, "connection-limits", brokers=1
+    )
 
 
 def login(key: TenantKey) -> tuple[RawConnection, int, str | None]:

@@ -10,7 +10,6 @@ message naming the limit. Held and refused logins are both counted in
 
 from __future__ import annotations
 
-import shutil
 import threading
 import time
 import uuid
@@ -18,7 +17,7 @@ from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import Producer
-from conftest import GatewayCluster, start_gateway_cluster
+from conftest import GatewayCluster, module_gateway_cluster
 from gateway_env import TenantKey, limit_refusals, sasl_login
 from harness import EtcdServer
 from raw_kafka import RawConnection
@@ -30,15 +29,11 @@ RATE = 4.0
 
 
 @pytest.fixture(scope="module")
-def cluster(etcd: EtcdServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayCluster]:
-    root = tmp_path_factory.mktemp("connection-rate")
-    gateway_cluster, started = start_gateway_cluster(etcd, root, brokers=1)
-    yield gateway_cluster
-    if gateway_cluster.gateway.running:
-        gateway_cluster.gateway.stop()
-    for broker in started:
-        broker.kill()
-    shutil.rmtree(root, ignore_errors=True)
+def cluster(
+    etcd: EtcdServer, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[GatewayCluster]:
+    """One broker behind one gateway: the limits are the gateway's."""
+    yield from module_gateway_cluster(etcd, tmp_path_factory, request, "connection-rate", brokers=1)
 
 
 def unique(prefix: str) -> str:

@@ -180,26 +180,39 @@ class FlatOutProducer(threading.Thread):
 
 
 class FlatOutConsumer(threading.Thread):
-    """Reads partition 0 from the beginning as fast as it can until stopped.
+    """Reads ``partitions`` partitions (0, 1, ...) from the beginning as fast as it can
+    until stopped.
 
-    With ``loop`` it starts again from offset 0 whenever it reaches the end,
-    so a modest backlog keeps it busy; without, reaching the end is noted in
-    ``reached_end`` (the measurement would then be of an idle consumer).
+    With ``loop`` it starts a partition again from offset 0 whenever it reaches
+    its end, so a modest backlog keeps it busy; without, reaching the end is
+    noted in ``reached_end`` (the measurement would then be of an idle
+    consumer). ``meter`` may be shared by several consumers of one tenant.
     """
 
-    def __init__(self, key: TenantKey, topic: str, loop: bool) -> None:
+    def __init__(
+        self,
+        key: TenantKey,
+        topic: str,
+        loop: bool,
+        partitions: int = 1,
+        meter: Meter | None = None,
+        **settings: Any,
+    ) -> None:
         super().__init__(daemon=True, name=f"consume-{key.tenant}")
-        self.config = key.librdkafka(**{"group.id": f"{key.tenant}-reader", **CONSUMER_SETTINGS})
+        self.config = key.librdkafka(
+            **{"group.id": f"{key.tenant}-reader", **CONSUMER_SETTINGS, **settings}
+        )
         self.topic = topic
         self.loop = loop
-        self.meter = Meter()
+        self.partitions = partitions
+        self.meter = Meter() if meter is None else meter
         self.reached_end = False
         self.errors: list[str] = []
         self._stopping = threading.Event()
 
     def run(self) -> None:
         consumer = Consumer(self.config)
-        consumer.assign([TopicPartition(self.topic, 0, 0)])
+        consumer.assign([TopicPartition(self.topic, p, 0) for p in range(self.partitions)])
         try:
             while not self._stopping.is_set():
                 nbytes = 0
@@ -210,7 +223,7 @@ class FlatOutConsumer(threading.Thread):
                     elif error.code() == KafkaError._PARTITION_EOF:
                         self.reached_end = True
                         if self.loop:
-                            consumer.seek(TopicPartition(self.topic, 0, 0))
+                            consumer.seek(TopicPartition(self.topic, message.partition(), 0))
                     else:
                         self.errors.append(error.str())
                 if nbytes:
@@ -515,56 +528,38 @@ def test_a_tenant_flooding_from_many_connections_doors_and_replicas_gets_its_quo
             assert rate >= FLOOD_LEAST * FLOOD_QUOTA, (name, rates)
 
 
-class ReaderFlood(threading.Thread):
-    """``consumers`` confluent-kafka consumers of one tenant, each reading every
-    partition of ``topic`` from the beginning, flat out, over and over (back to
-    offset 0 at each partition's end), so a modest backlog keeps them all busy.
+class ReaderFlood:
+    """``consumers`` flat-out consumers of one tenant (:class:`FlatOutConsumer`), each
+    reading every partition of ``topic`` over and over, one meter between them.
     Consumer ``i`` uses gateway ``keys[i % len(keys)]``."""
 
     def __init__(self, keys: list[TenantKey], topic: str, consumers: int) -> None:
-        super().__init__(daemon=True, name=f"readers-{keys[0].tenant}")
-        self.keys = keys
-        self.topic = topic
-        self.consumers = consumers
         self.meter = Meter()
-        self.errors: list[str] = []
-        self._stopping = threading.Event()
-
-    def run(self) -> None:
-        readers = [
-            threading.Thread(target=self._read, args=(self.keys[i % len(self.keys)],), daemon=True)
-            for i in range(self.consumers)
-        ]
-        for reader in readers:
-            reader.start()
-        for reader in readers:
-            reader.join(60)
-
-    def _read(self, key: TenantKey) -> None:
         # A small prefetch queue: what a consumer holds unread at either end of the
         # measurement is then a rounding error beside 30 s of the quota.
-        settings = {**CONSUMER_SETTINGS, "queued.max.messages.kbytes": 1024}
-        consumer = Consumer(key.librdkafka(**{"group.id": f"{key.tenant}-readers", **settings}))
-        consumer.assign([TopicPartition(self.topic, p, 0) for p in range(FLOOD_PARTITIONS)])
-        try:
-            while not self._stopping.is_set():
-                nbytes = 0
-                for message in consumer.consume(1000, 0.05):
-                    error = message.error()
-                    if error is None:
-                        nbytes += len(message.value())
-                    elif error.code() == KafkaError._PARTITION_EOF:
-                        consumer.seek(TopicPartition(self.topic, message.partition(), 0))
-                    else:
-                        self.errors.append(error.str())
-                if nbytes:
-                    self.meter.add(nbytes)
-        finally:
-            consumer.close()
+        self.consumers = [
+            FlatOutConsumer(
+                keys[i % len(keys)],
+                topic,
+                loop=True,
+                partitions=FLOOD_PARTITIONS,
+                meter=self.meter,
+                **{"queued.max.messages.kbytes": 1024},
+            )
+            for i in range(consumers)
+        ]
+
+    @property
+    def errors(self) -> list[str]:
+        return [error for consumer in self.consumers for error in consumer.errors]
+
+    def start(self) -> None:
+        for consumer in self.consumers:
+            consumer.start()
 
     def stop(self) -> None:
-        self._stopping.set()
-        self.join(120)
+        for consumer in self.consumers:
+            consumer.stop()
 
 
 FLOOD_BACKLOG_BYTES = 6_000_000
