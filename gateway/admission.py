@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from shoal.gateway.connection_rate import ConnectionRates, LoginVerdict
 from shoal.gateway.mutation_quota import MutationQuotas, MutationVerdict
-from shoal.gateway.quota_shares import TrafficLedger
+from shoal.gateway.quota_shares import Direction, TrafficLedger
 from shoal.gateway.quotas import FetchTicket, QuotaManager
 
 if TYPE_CHECKING:
@@ -65,13 +65,14 @@ class Admission:
         """Wait until a produce of ``nbytes`` may go and charge it; its answer's throttle (ms)."""
         if limit is None:  # and a lifted limit's debt is forgotten
             return self.quotas.charge_produce(tenant, nbytes, None, self._clock())
-        waited = False
         async with _queue(self._produce_queues, tenant):
             # A deadline, not an event: the budget refills with time. Checked again
             # after the sleep, since the HTTP door charges the same budget unqueued.
-            while (wait := self.quotas.produce_wait_s(tenant, nbytes, limit, self._clock())) > 0:
-                waited = True
-                await asyncio.sleep(wait)
+            waited = await self._wait_out(
+                "produce",
+                tenant,
+                lambda: self.quotas.produce_wait_s(tenant, nbytes, limit, self._clock()),
+            )
             self.traffic.admitted("produce", tenant, nbytes, waited)
             return self.quotas.charge_produce(tenant, nbytes, limit, self._clock())
 
@@ -79,13 +80,29 @@ class Admission:
         """Wait until a fetch may go; its reservation (None when the tenant is unlimited)."""
         if limit is None:
             return self.quotas.fetch_admission(tenant, None, self._clock())
-        waited = False
         async with _queue(self._fetch_queues, tenant):
-            while (wait := self.quotas.fetch_wait_s(tenant, limit, self._clock())) > 0:
-                waited = True
-                await asyncio.sleep(wait)
+            waited = await self._wait_out(
+                "fetch", tenant, lambda: self.quotas.fetch_wait_s(tenant, limit, self._clock())
+            )
             self.traffic.admitted("fetch", tenant, 0, waited)
             return self.quotas.fetch_admission(tenant, limit, self._clock())
+
+    async def _wait_out(
+        self, direction: Direction, tenant: str, wait_s: Callable[[], float]
+    ) -> bool:
+        """Sleep until ``wait_s()`` is 0; whether there was any wait. While it lasts the
+        traffic ledger reports the tenant as waiting here, however many rounds that takes."""
+        wait = wait_s()
+        if wait <= 0:
+            return False
+        self.traffic.waiting(direction, tenant)
+        try:
+            while wait > 0:
+                await asyncio.sleep(wait)
+                wait = wait_s()
+        finally:
+            self.traffic.stopped_waiting(direction, tenant)
+        return True
 
     def try_produce(self, tenant: str, nbytes: int, limit: float | None) -> int:
         """:meth:`produce` without waiting: QuotaWaitError if it may not go now."""

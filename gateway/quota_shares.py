@@ -120,14 +120,36 @@ def _above_floor(
 
 class TrafficLedger:
     """Bytes let through, and whether any request waited, per tenant and direction, since
-    the last :meth:`report`; and each tenant's open Kafka connections here."""
+    the last :meth:`report`; and each tenant's open Kafka connections here.
 
-    __slots__ = ("_bytes", "_waited", "connections")
+    A request still waiting when a report is made counts as waiting in it: a
+    request held for longer than a round (a large one on a small part) would
+    otherwise leave rounds with neither bytes nor a wait, and the split would
+    hand this replica's part to the others while the request is still owed it.
+    """
+
+    __slots__ = ("_bytes", "_waited", "_waiting", "connections")
 
     def __init__(self) -> None:
         self._bytes: dict[tuple[Direction, str], int] = {}
         self._waited: set[tuple[Direction, str]] = set()
+        self._waiting: dict[tuple[Direction, str], int] = {}
         self.connections: dict[str, int] = {}
+
+    def waiting(self, direction: Direction, tenant: str) -> None:
+        """A request of the tenant has started to wait, until :meth:`stopped_waiting`."""
+        key = (direction, tenant)
+        self._waiting[key] = self._waiting.get(key, 0) + 1
+        self._waited.add(key)
+
+    def stopped_waiting(self, direction: Direction, tenant: str) -> None:
+        """A request that :meth:`waiting` announced is no longer waiting (let through or gone)."""
+        key = (direction, tenant)
+        left = self._waiting.get(key, 0) - 1
+        if left > 0:
+            self._waiting[key] = left
+        else:
+            self._waiting.pop(key, None)
 
     def connected(self, tenant: str) -> None:
         self.connections[tenant] = self.connections.get(tenant, 0) + 1
@@ -154,7 +176,7 @@ class TrafficLedger:
             document[direction][tenant] = [0.0, True]
         document["connections"] = self.connections
         self._bytes.clear()
-        self._waited.clear()
+        self._waited = set(self._waiting)
         return json.dumps(document, separators=(",", ":")).encode()
 
 

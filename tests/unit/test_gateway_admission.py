@@ -11,7 +11,7 @@ import time
 
 import pytest
 from shoal.gateway.admission import Admission, QuotaWaitError
-from shoal.gateway.quota_shares import TrafficLedger, parse_report
+from shoal.gateway.quota_shares import Load, TrafficLedger, parse_report
 from shoal.gateway.quotas import QuotaConfig, QuotaManager
 
 LIMIT = 100_000
@@ -100,6 +100,23 @@ async def test_what_went_through_and_what_waited_is_reported_for_the_replicas() 
         "mutations": {},
         "logins": {},
     }
+
+
+async def test_a_request_waiting_through_reports_is_reported_waiting_in_each() -> None:
+    """A request held longer than a round still wants this replica's part: each report
+    made while it waits says so, though nothing went through yet."""
+    gate = admission()
+    await gate.produce("acme", 50 * SIZE, LIMIT)  # half a second owed
+    held = asyncio.create_task(gate.produce("acme", SIZE, LIMIT))
+    await asyncio.sleep(0.05)
+    gate.traffic.report(period_s=1.0)
+    await asyncio.sleep(0.05)
+    while_held = parse_report(gate.traffic.report(period_s=1.0))
+    assert while_held["produce"]["acme"] == Load(0.0, waited=True)
+    await held
+    let_through = parse_report(gate.traffic.report(period_s=1.0))
+    assert let_through["produce"]["acme"] == Load(SIZE, waited=True)
+    assert parse_report(gate.traffic.report(period_s=1.0))["produce"] == {}
 
 
 def test_controller_mutations_are_charged_and_reported_for_the_replicas() -> None:
