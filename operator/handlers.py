@@ -57,6 +57,7 @@ from shoal.operator.tenants import (
     remove_tenant,
 )
 from shoal.operator.topics import TopicError, TopicSpec, reconcile_topic, remove_topic
+from shoal.tenancy.model import ConcurrentChangeError
 from shoal.tenancy.store import TenancyStore, TenancyStoreError
 
 log = logging.getLogger(__name__)
@@ -419,6 +420,8 @@ async def _tenant_reconcile(
         await fail("ClusterUnreachable", str(exc), retry=True)
     except CertificateSubjectTakenError as exc:
         await fail("CertificateSubjectTaken", str(exc), retry=False)
+    except ConcurrentChangeError as exc:
+        await fail("ConcurrentChange", str(exc), retry=True)
     except ValueError as exc:
         await fail("InvalidSpec", str(exc), retry=False)
     else:

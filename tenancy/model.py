@@ -23,6 +23,12 @@ class TenancyError(ValueError):
     """A request the tenancy rules refuse; the message says why."""
 
 
+class ConcurrentChangeError(TenancyError):
+    """A record changed between this writer's read and its write (another writer got
+    there first): nothing was written, and the same request made again reads the
+    new state. Not the request's fault, so a controller retries it."""
+
+
 def validate_tenant_name(name: str) -> str:
     """Lower-case letters, digits and inner dashes, at most 63: a DNS label, so a
     Tenant resource can carry it, and never a dot, which separates it from topic names."""

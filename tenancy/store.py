@@ -32,7 +32,14 @@ from typing import Any, Final
 
 import aetcd
 import aetcd.exceptions
-from shoal.tenancy.model import AclBinding, ApiKey, Quotas, TenancyError, Tenant
+from shoal.tenancy.model import (
+    AclBinding,
+    ApiKey,
+    ConcurrentChangeError,
+    Quotas,
+    TenancyError,
+    Tenant,
+)
 
 from shoal.etcd_address import EtcdAddress
 
@@ -246,7 +253,7 @@ class TenancyStore:
             )
         )
         if not ok:
-            raise TenancyError(f"key {key_id!r} changed meanwhile; try again")
+            raise ConcurrentChangeError(f"key {key_id!r} changed meanwhile; try again")
         return changed
 
     async def get_key(self, key_id: str) -> ApiKey | None:

@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 from harness import EtcdServer
 from shoal.tenancy.keys import mint_key
-from shoal.tenancy.model import TenancyError, Tenant
+from shoal.tenancy.model import ConcurrentChangeError, TenancyError, Tenant
 from shoal.tenancy.store import TenancyStore
 from test_tenancy_cli import as_json, shoal
 
@@ -80,6 +80,33 @@ def test_of_two_keys_claiming_a_subject_at_once_one_gets_it(etcd: EtcdServer) ->
             assert len(refused) == 1, results
             holders = [k for k in await store.list_keys() if k.certificate_subject == SUBJECT]
             assert len(holders) == 1
+
+    asyncio.run(go())
+
+
+def test_one_key_changed_by_two_writers_at_once_keeps_one_and_tells_the_other_to_retry(
+    etcd: EtcdServer,
+) -> None:
+    """The loser gets ConcurrentChangeError (the operator retries it), not a refusal of its
+    request: made again, it succeeds."""
+
+    async def go() -> None:
+        async with TenancyStore(etcd.chroot_url()) as store:
+            key = await new_key(store, "acme")
+            subjects = ["CN=first,O=acme", "CN=second,O=acme"]
+            results = await asyncio.gather(
+                *(store.set_certificate_subject(key, s) for s in subjects),
+                return_exceptions=True,
+            )
+            lost = [
+                (s, r) for s, r in zip(subjects, results, strict=True) if isinstance(r, Exception)
+            ]
+            assert len(lost) == 1, results
+            subject, error = lost[0]
+            assert isinstance(error, ConcurrentChangeError), error
+            assert (
+                await store.set_certificate_subject(key, subject)
+            ).certificate_subject == subject
 
     asyncio.run(go())
 
