@@ -12,10 +12,13 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+
+import zygote
 
 from shoal.etcd_process import etcd_command
 
@@ -73,6 +76,22 @@ def free_port_block(size: int) -> int:
 
 def free_port() -> int:
     return free_port_block(1)
+
+
+ShoalProcess = subprocess.Popen[bytes] | zygote.ZygoteChild
+"""A ``shoal`` command's process: forked by this test process's zygote, or spawned."""
+
+_ZYGOTE_LOGS = Path(tempfile.gettempdir()) / "shoal-test-zygotes"
+
+
+def launch(command: Sequence[str], env: Mapping[str, str], log_path: Path) -> ShoalProcess:
+    """Start ``command`` with its output appended to ``log_path``: a ``python -m shoal``
+    command from the zygote (:mod:`zygote`), which has its modules imported already,
+    anything else (a network namespace's ``ip netns exec``) as a new process."""
+    if list(command[:3]) == [sys.executable, "-m", "shoal"] and zygote.enabled():
+        return zygote.zygote(_ZYGOTE_LOGS).spawn(["shoal", *command[3:]], env, Path.cwd(), log_path)
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(list(command), stdout=log, stderr=log, env=dict(env))
 
 
 def wait_until(predicate, timeout: float, what: str, interval: float = 0.05):  # type: ignore[no-untyped-def]
@@ -155,7 +174,7 @@ class BrokerProcess:
         self.extra_args = list(extra_args)
         self.env = env or {}
         self.log_path = data_dir.parent / f"{data_dir.name}.log"
-        self.process: subprocess.Popen[bytes] | None = None
+        self.process: ShoalProcess | None = None
         self._ready_offset = 0
 
     @property
@@ -196,8 +215,7 @@ class BrokerProcess:
             "SHOAL_OFFSETS_TOPIC_REPLICATION_FACTOR": "1",
             **self.env,
         }
-        with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen(self.command(), stdout=log, stderr=log, env=env)
+        self.process = launch(self.command(), env, self.log_path)
         return self
 
     def wait_ready(self, timeout: float = 60) -> BrokerProcess:

@@ -15,7 +15,6 @@ import datetime
 import os
 import signal
 import struct
-import subprocess
 import sys
 import time
 import urllib.request
@@ -25,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import trustme
-from harness import free_port_block, wait_until
+from harness import ShoalProcess, free_port_block, launch, wait_until
 from raw_kafka import RawConnection, request_class
 from shoal.tenancy.acl import default_bindings
 from shoal.tenancy.keys import key_record
@@ -143,7 +142,7 @@ class GatewayProcess:
         self.gateway_id = gateway_id or f"test-{self.port}"
         directory.mkdir(parents=True, exist_ok=True)
         self.log_path = directory / f"gateway-{self.port}.log"
-        self.process: subprocess.Popen[bytes] | None = None
+        self.process: ShoalProcess | None = None
 
     @property
     def bootstrap(self) -> str:
@@ -196,8 +195,7 @@ class GatewayProcess:
             "SHOAL_TENANCY_POLL_INTERVAL_MS": "300",
             **self.env,
         }
-        with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen(self.command(), stdout=log, stderr=log, env=env)
+        self.process = launch(self.command(), env, self.log_path)
         wait_until(lambda: self._ready(offset), timeout, "the gateway to be ready")
         return self
 
