@@ -105,13 +105,22 @@ def rf3_topic(kafka: ApacheKafka) -> str:
     )
     client.create_topics([new])[topic].result(30)
     # The controller answers CreateTopics before every broker has applied the
-    # new metadata; Kafka's clients wait for it, as this does.
-    wait_until(
-        lambda: 0 in client.list_topics(topic, timeout=10).topics[topic].partitions,
-        30,
-        f"{topic} in the brokers' metadata",
-    )
+    # new metadata; Kafka's clients wait for it, as this does, at each broker
+    # (the tests' requests go to any of them). A new client asks its only
+    # bootstrap broker first.
+    for broker in kafka.brokers:
+        wait_until(
+            lambda address=broker.address: knows_partition_0(address, topic),
+            30,
+            f"{topic} in broker {broker.node_id}'s metadata",
+        )
     return topic
+
+
+def knows_partition_0(address: str, topic: str) -> bool:
+    """Whether the broker at ``address`` has ``topic``'s partition 0 in its metadata."""
+    found = AdminClient({"bootstrap.servers": address}).list_topics(topic, timeout=10)
+    return 0 in found.topics[topic].partitions
 
 
 def test_rf3_min_isr_2_topic_takes_acks_all_and_reads_back(
