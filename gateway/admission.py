@@ -11,6 +11,12 @@ back by TCP, and the gateway holds at most one request per connection. The
 HTTP door does not wait (:meth:`Admission.try_produce`, :meth:`Admission.try_fetch`):
 it tells the client when to come back.
 
+The request quota (:mod:`shoal.gateway.request_quota`) is charged after a
+request has run, not before: :func:`charge_request` charges its time and
+gives its answer's throttle; :meth:`Admission.request_turn` holds a
+connection's next read while the tenant owes more than one window (no queue:
+a held connection is let go as soon as the debt allows).
+
 Every request let through, and whether it waited, goes to the traffic ledger
 that splits the tenant's quota between gateway replicas
 (:mod:`shoal.gateway.quota_shares`).
@@ -27,6 +33,7 @@ from shoal.gateway.connection_rate import ConnectionRates, LoginVerdict
 from shoal.gateway.mutation_quota import MutationQuotas, MutationVerdict
 from shoal.gateway.quota_shares import Direction, TrafficLedger
 from shoal.gateway.quotas import FetchTicket, QuotaManager
+from shoal.gateway.request_quota import RequestQuotas
 
 if TYPE_CHECKING:
     from shoal.gateway.access import TenantAccess
@@ -37,9 +44,10 @@ if TYPE_CHECKING:
 class QuotaWaitError(Exception):
     """A request that may not go yet, and how long until it may (the HTTP door's 429)."""
 
-    def __init__(self, wait_s: float) -> None:
-        super().__init__(f"over the byte-rate quota for {wait_s:.3f} s")
+    def __init__(self, wait_s: float, quota: str = "byte-rate quota") -> None:
+        super().__init__(f"over the {quota} for {wait_s:.3f} s")
         self.wait_s = wait_s
+        self.quota = quota
 
 
 class Admission:
@@ -52,12 +60,14 @@ class Admission:
         clock: Callable[[], float] = time.monotonic,
         mutations: MutationQuotas | None = None,
         logins: ConnectionRates | None = None,
+        requests: RequestQuotas | None = None,
     ) -> None:
         self.quotas = quotas
         self.traffic = traffic
         self._clock = clock
         self.mutations = mutations if mutations is not None else MutationQuotas()
         self.logins = logins if logins is not None else ConnectionRates()
+        self.requests = requests if requests is not None else RequestQuotas()
         self._produce_queues: dict[str, asyncio.Lock] = {}
         self._fetch_queues: dict[str, asyncio.Lock] = {}
 
@@ -152,6 +162,32 @@ class Admission:
             self.traffic.admitted("logins", tenant, 0 if verdict.refused else 1, waited=held)
         return verdict
 
+    async def request_turn(self, tenant: str, limit: float | None) -> None:
+        """Wait until the tenant owes no more than one window of request time
+        (:mod:`shoal.gateway.request_quota`); the Kafka door calls it before it reads
+        a connection's next request."""
+        if limit is None:
+            self.requests.wait_s(tenant, None, self._clock())  # forgets a lifted limit's debt
+            return
+        await self._wait_out(
+            "requests", tenant, lambda: self.requests.wait_s(tenant, limit, self._clock())
+        )
+
+    def try_request(self, tenant: str, limit: float | None) -> None:
+        """:meth:`request_turn` without waiting: QuotaWaitError if the tenant owes too much."""
+        wait = self.requests.wait_s(tenant, limit, self._clock())
+        if wait > 0:
+            self.traffic.admitted("requests", tenant, 0, waited=True)
+            raise QuotaWaitError(wait, "request quota (request_percentage)")
+
+    def handled(self, tenant: str, seconds: float, limit: float | None) -> int:
+        """Charge ``seconds`` of a request's handling time; the throttle (ms) its answer
+        carries. Never waits: the session mutes the connection for the throttle."""
+        throttle_ms = self.requests.charge(tenant, seconds, limit, self._clock())
+        if limit is not None:
+            self.traffic.admitted("requests", tenant, seconds * 100, waited=throttle_ms > 0)
+        return throttle_ms
+
     def fetched(self, ticket: FetchTicket | None, nbytes: int) -> int:
         """Settle a fetch with its answer's size; the throttle (ms) the answer carries."""
         if ticket is None:
@@ -181,3 +217,25 @@ def mutation_charger(services: GatewayServices, access: TenantAccess) -> Mutatio
         return verdict
 
     return charge
+
+
+def charge_request(
+    services: GatewayServices, access: TenantAccess, seconds: float, after_answer: bool = False
+) -> int:
+    """Charge ``seconds`` of the gateway's time to the tenant's request quota (this replica's
+    share of ``request_percentage``) and its usage; the throttle (ms) the answer carries.
+    Every throttled answer is counted in
+    ``shoal_gateway_limit_refusals_total{limit="request_rate"}``. With ``after_answer``
+    (time spent once the answer's throttle was decided) the time is owed, and 0 returned:
+    the next answer reports the debt."""
+    if after_answer and seconds <= 0:
+        return 0
+    tenant = access.tenant
+    limit = services.shares.share("requests", tenant, access.quotas.request_percentage)
+    throttle_ms = services.admission.handled(tenant, seconds, limit)
+    if after_answer:
+        throttle_ms = 0
+    services.usage.handled(tenant, seconds, throttle_ms)
+    if throttle_ms > 0:
+        services.metrics.limit_refused(tenant, "request_rate")
+    return throttle_ms

@@ -213,6 +213,17 @@ def _usage_families(services: GatewayServices) -> Iterable[Any]:
         "Throttle time a tenant earned by exceeding its byte-rate quotas.",
         ((t, u.throttle_ms / 1000) for t, u in usage.items()),
     )
+    yield counter(
+        "shoal_gateway_tenant_request_time_seconds",
+        "Gateway time spent handling a tenant's requests (both doors), as its request quota"
+        " (request_percentage) charges it.",
+        ((t, u.request_seconds) for t, u in usage.items()),
+    )
+    yield counter(
+        "shoal_gateway_tenant_request_throttle_seconds",
+        "Throttle time a tenant earned by exceeding its request quota (request_percentage).",
+        ((t, u.request_throttle_ms / 1000) for t, u in usage.items()),
+    )
 
 
 def _connections(services: GatewayServices) -> GaugeMetricFamily:

@@ -44,6 +44,15 @@ replica (the minimum burst), plus one round's change. A replica the tenant
 has not used yet holds only the floor of an even share until its held logins
 are reported, a round later.
 
+The request quota (``request_percentage``, :mod:`shoal.gateway.request_quota`)
+is a fifth direction, "requests": the percentage of a thread's time the
+tenant's requests took here in the last second, and whether an answer was
+throttled or a connection held. Each replica's bucket bursts one window of
+its part, so over any span T a tenant's requests take at most
+``percentage / 100 * T`` seconds of handling time plus, per replica, two
+windows of its part (burst and held-back debt) and the requests in flight
+when it went over, plus one round's change.
+
 Cost: one etcd put and one range read per replica per second, of a size
 proportional to the tenants with quotas and traffic there.
 """
@@ -55,10 +64,11 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-Direction = Literal["produce", "fetch", "mutations", "logins"]
+Direction = Literal["produce", "fetch", "mutations", "logins", "requests"]
 """Bytes produced, bytes fetched, partitions created or deleted (controller mutations),
-and Kafka connections opened (logins)."""
-DIRECTIONS: Final[tuple[Direction, ...]] = ("produce", "fetch", "mutations", "logins")
+Kafka connections opened (logins), and request-handling time in percent of a thread
+(requests)."""
+DIRECTIONS: Final[tuple[Direction, ...]] = ("produce", "fetch", "mutations", "logins", "requests")
 
 HEADROOM: Final = 1.25
 """A replica that did not wait gets its last second's rate times this."""
@@ -71,7 +81,8 @@ class Load:
     """One replica's traffic for one tenant and direction over the last report."""
 
     rate: float
-    """Bytes (for mutations: partitions) per second let through."""
+    """Bytes (for mutations: partitions; for requests: percent of a thread) per second let
+    through."""
     waited: bool
     """Whether any request had to wait (or, over HTTP, was told to come back)."""
 
@@ -131,7 +142,7 @@ class TrafficLedger:
     __slots__ = ("_bytes", "_waited", "_waiting", "connections")
 
     def __init__(self) -> None:
-        self._bytes: dict[tuple[Direction, str], int] = {}
+        self._bytes: dict[tuple[Direction, str], float] = {}
         self._waited: set[tuple[Direction, str]] = set()
         self._waiting: dict[tuple[Direction, str], int] = {}
         self.connections: dict[str, int] = {}
@@ -161,7 +172,7 @@ class TrafficLedger:
         else:
             self.connections.pop(tenant, None)
 
-    def admitted(self, direction: Direction, tenant: str, nbytes: int, waited: bool) -> None:
+    def admitted(self, direction: Direction, tenant: str, nbytes: float, waited: bool) -> None:
         key = (direction, tenant)
         self._bytes[key] = self._bytes.get(key, 0) + nbytes
         if waited:

@@ -36,6 +36,12 @@ gateway's throttle has passed (KIP-219). CreateTopics, CreatePartitions and
 DeleteTopics are charged to the tenant's controller mutation quota by their
 rewriters (:mod:`shoal.gateway.mutation_quota`); the throttle they report
 (:attr:`~shoal.gateway.apis.base.Forward.throttle_ms`) is merged and muted alike.
+The request quota (:mod:`shoal.gateway.request_quota`) charges the event loop's
+time spent on each request's own code (decoding, rewriting, encoding, both ways;
+never its waits, so a Fetch long-poll costs only its handling) when its answer is
+ready; the answer carries the time until the tenant's debt is paid, and the
+connection is muted that long. While the tenant owes more than a window, none of
+its connections is read. ApiVersions and (re-)authentication are not charged.
 A login is charged to the tenant's connection creation rate once its credentials
 are accepted (:mod:`shoal.gateway.connection_rate`): held until its turn, the
 authentication timeout moved later by the hold, or refused when the hold would be
@@ -58,7 +64,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Final
 
 from shoal.gateway.access import TenantAccess
-from shoal.gateway.admission import mutation_charger
+from shoal.gateway.admission import charge_request, mutation_charger
 from shoal.gateway.apis import (
     API_VERSIONS,
     REWRITERS,
@@ -70,6 +76,7 @@ from shoal.gateway.cluster_view import BrokerAddress
 from shoal.gateway.connection_rate import refusal_message
 from shoal.gateway.http.auth import TokenError
 from shoal.gateway.quotas import FetchTicket
+from shoal.gateway.request_quota import Stopwatch, timed
 from shoal.gateway.sasl import (
     MECHANISMS,
     OAUTHBEARER,
@@ -159,6 +166,7 @@ class _Pending:
     finish: Callable[[Any], Any]
     tenant: str
     fetch_ticket: FetchTicket | None
+    watch: Stopwatch
     trace: RequestTrace | None = None
 
 
@@ -667,15 +675,22 @@ class ClientSession:
     async def _serve(self) -> None:
         while True:
             await self._wait_out_throttle()
+            await self._wait_for_request_quota()
             frame = await self._read_frame()
             # A fetch's throttle is known only when its answer comes back, which
             # may be after the next request was read: it waits all the same.
             await self._wait_out_throttle()
+            # The request quota charges the loop's time spent on this request's own
+            # code: decoding it here, then every slice of _handle and of its answer.
+            watch = Stopwatch()
+            watch.start()
             try:
                 header, api, body = self._decode(frame, self.services.versions)
             except _UnsupportedApiVersionsError as exc:
                 await self._answer_unsupported_api_versions(exc.header)
                 continue
+            finally:
+                watch.stop()
             if header.api_key in (SASL_HANDSHAKE, SASL_AUTHENTICATE):
                 if self._mechanism == CERTIFICATE:
                     await self._refuse_sasl(header, api)
@@ -687,9 +702,14 @@ class ClientSession:
             if header.api_key == API_VERSIONS:
                 await self._answer(header, api, self._api_versions(api, E.none))
                 continue
-            await self._handle(frame, header, api, body)
+            await timed(self._handle(frame, header, api, body, watch), watch)
+            # What ran after the answer's throttle was decided (encoding the answer,
+            # forwarding): owed all the same, reported with the next answer.
+            self._charge_time(watch, answer=False)
 
-    async def _handle(self, frame: bytes, header: RequestHeader, api: ApiSchema, body: Any) -> None:
+    async def _handle(
+        self, frame: bytes, header: RequestHeader, api: ApiSchema, body: Any, watch: Stopwatch
+    ) -> None:
         assert self.key_id is not None
         services = self.services
         access = self.current_access()
@@ -697,18 +717,8 @@ class ClientSession:
             raise _ClosedError("the key was revoked or its tenant deleted")
         tracing = services.tracing
         trace = None if tracing is None else tracing.request(header, api, access.tenant)
-        shares = services.shares
         now = time.monotonic()
-        throttle_ms = 0
-        ticket: FetchTicket | None = None
-        if header.api_key == PRODUCE:
-            limit = shares.share("produce", access.tenant, access.quotas.producer_byte_rate)
-            throttle_ms = await services.admission.produce(access.tenant, len(frame), limit)
-            services.usage.produced(access.tenant, len(frame), throttle_ms)
-            self._mute(throttle_ms)
-        elif header.api_key == FETCH:
-            limit = shares.share("fetch", access.tenant, access.quotas.consumer_byte_rate)
-            ticket = await services.admission.fetch(access.tenant, limit)
+        throttle_ms, ticket = await self._admit_bytes(header.api_key, len(frame), access)
         ctx = RequestContext(
             access=access,
             api=api,
@@ -736,6 +746,9 @@ class ClientSession:
             if trace is not None:
                 trace.end(step.response)
             services.metrics.answered(access.tenant, api, now, step.response)
+            request_throttle_ms = self._charge_time(watch, answer=True)
+            self._mute(request_throttle_ms)
+            throttle_ms = max(throttle_ms, request_throttle_ms)
             await self._answer(header, api, _throttled(step.response, throttle_ms))
             return
         finish = services.metrics.observing(access.tenant, api, now, step.finish)
@@ -750,9 +763,48 @@ class ClientSession:
             slot: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
             if throttle_ms:
                 finish = _then_throttle(finish, throttle_ms)
-            self._pending.append(_Pending(slot, header, api, finish, access.tenant, ticket, trace))
+            self._pending.append(
+                _Pending(slot, header, api, finish, access.tenant, ticket, watch, trace)
+            )
             await self._slots.put(slot)
         await upstream.drain()
+
+    async def _admit_bytes(
+        self, api_key: int, nbytes: int, access: TenantAccess
+    ) -> tuple[int, FetchTicket | None]:
+        """Wait out the tenant's byte-rate quota before a Produce or Fetch is forwarded: a
+        produce's throttle (the connection muted for it), a fetch's reservation."""
+        services = self.services
+        tenant = access.tenant
+        if api_key == PRODUCE:
+            limit = services.shares.share("produce", tenant, access.quotas.producer_byte_rate)
+            throttle_ms = await services.admission.produce(tenant, nbytes, limit)
+            services.usage.produced(tenant, nbytes, throttle_ms)
+            self._mute(throttle_ms)
+            return throttle_ms, None
+        if api_key == FETCH:
+            limit = services.shares.share("fetch", tenant, access.quotas.consumer_byte_rate)
+            return 0, await services.admission.fetch(tenant, limit)
+        return 0, None
+
+    async def _wait_for_request_quota(self) -> None:
+        """Hold the next read while the tenant owes more than a window of request time,
+        on any of its connections (:mod:`shoal.gateway.request_quota`)."""
+        access = self.current_access()
+        if access is None:
+            return
+        tenant = access.tenant
+        limit = self.services.shares.share("requests", tenant, access.quotas.request_percentage)
+        await self.services.admission.request_turn(tenant, limit)
+
+    def _charge_time(self, watch: Stopwatch, answer: bool) -> int:
+        """Charge the request time ``watch`` holds; with ``answer``, the throttle the
+        answer about to be encoded carries (0 otherwise: it is owed, and the next
+        answer reports it)."""
+        access = self.current_access()
+        if access is None:
+            return 0
+        return charge_request(self.services, access, watch.take(), after_answer=not answer)
 
     async def _wait_out_throttle(self) -> None:
         delay = self._muted_until - time.monotonic()
@@ -787,25 +839,38 @@ class ClientSession:
                 if not self._pending:
                     raise UpstreamError("broker sent an answer nobody asked for")
                 pending = self._pending.popleft()
-                correlation_id, body = decode_response(pending.api, frame)
-                if correlation_id != pending.header.correlation_id:
-                    raise UpstreamError("broker answered out of order")
-                if pending.trace is not None:
-                    pending.trace.answered(body)
-                body = pending.finish(body)
-                if pending.header.api_key == FETCH:
-                    throttle_ms = self.services.admission.fetched(pending.fetch_ticket, len(frame))
-                    self.services.usage.fetched(pending.tenant, len(frame), throttle_ms)
-                    self._mute(throttle_ms)
-                    body = _throttled(body, throttle_ms)
-                pending.slot.set_result(
-                    b"".join(encode_response(pending.header, pending.api, body))  # type: ignore[arg-type]
-                )
+                watch = pending.watch
+                watch.start()
+                try:
+                    body = self._answer_from_broker(pending, frame)
+                    answer = b"".join(encode_response(pending.header, pending.api, body))  # type: ignore[arg-type]
+                finally:
+                    watch.stop()
+                pending.slot.set_result(answer)
+                self._charge_time(watch, answer=False)
                 if pending.trace is not None:
                     pending.trace.end(body)
         except (UpstreamError, WireError) as exc:
             log.info("event=gateway_upstream_lost peer=%s error=%s", self.peer, exc)
             self.close()
+
+    def _answer_from_broker(self, pending: _Pending, frame: bytes) -> Any:
+        """The client's answer to ``pending`` from the broker's ``frame``: rewritten, and
+        carrying the gateway's throttles (the fetch quota's, the request quota's)."""
+        correlation_id, body = decode_response(pending.api, frame)
+        if correlation_id != pending.header.correlation_id:
+            raise UpstreamError("broker answered out of order")
+        if pending.trace is not None:
+            pending.trace.answered(body)
+        body = pending.finish(body)
+        if pending.header.api_key == FETCH:
+            throttle_ms = self.services.admission.fetched(pending.fetch_ticket, len(frame))
+            self.services.usage.fetched(pending.tenant, len(frame), throttle_ms)
+            self._mute(throttle_ms)
+            body = _throttled(body, throttle_ms)
+        throttle_ms = self._charge_time(pending.watch, answer=True)
+        self._mute(throttle_ms)
+        return _throttled(body, throttle_ms)
 
     async def _answer_unsupported_api_versions(self, header: RequestHeader) -> None:
         # Answered with v0 and our versions, so the client can pick one (KIP-511).

@@ -34,6 +34,13 @@ after the throttle it earned has passed, as the Kafka door mutes a connection.
 A sequential caller so never sees a 429 and simply runs at its rate; many
 parallel callers are held to it by the 429s.
 
+The request quota (``request_percentage``, :mod:`shoal.gateway.request_quota`)
+charges the time :meth:`TenantClient.send` spends running (rewriting, encoding
+and decoding the Kafka request and its answer; not the broker's time, nor the
+HTTP framework's) to the same budget as the tenant's Kafka connections. A call
+while the tenant owes more than a window is refused with a 429; a call that
+ran the tenant into debt is answered after the throttle it earned.
+
 Connections: :class:`BrokerPool` keeps a few connections per broker for the
 whole gateway. :meth:`BrokerConnection.call` serializes on its connection, so
 the pool hands each call a connection of its own and concurrent HTTP requests
@@ -51,10 +58,11 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Final
 
 from shoal.gateway.access import TenantAccess
-from shoal.gateway.admission import QuotaWaitError, mutation_charger
+from shoal.gateway.admission import QuotaWaitError, charge_request, mutation_charger
 from shoal.gateway.apis import REWRITERS
 from shoal.gateway.apis.base import Answer, Lookups, RequestContext
 from shoal.gateway.cluster_view import BrokerAddress
+from shoal.gateway.request_quota import Stopwatch, timed
 from shoal.gateway.storage_limit import storage_check
 from shoal.gateway.tracing import current_traceparent
 from shoal.gateway.upstream import CLIENT_ID, BrokerConnection, UpstreamError
@@ -112,10 +120,11 @@ class KafkaCallError(Exception):
 
 
 class QuotaExceededError(Exception):
-    """The tenant is over its byte rate; try again after ``retry_after_ms``."""
+    """The tenant is over a quota (its byte rate, its request time); try again after
+    ``retry_after_ms``."""
 
-    def __init__(self, retry_after_ms: int) -> None:
-        super().__init__(f"over the byte-rate quota; retry after {retry_after_ms} ms")
+    def __init__(self, retry_after_ms: int, quota: str = "byte-rate quota") -> None:
+        super().__init__(f"over the {quota}; retry after {retry_after_ms} ms")
         self.retry_after_ms = retry_after_ms
 
 
@@ -238,8 +247,28 @@ class TenantClient:
         """Rewrite a request as the Kafka door would, forward it, map the answer back.
 
         ``node_id`` None sends it to any broker; ``fetch_cap`` bounds a fetch
-        by its quota reservation.
+        by its quota reservation. Its running time is charged to the tenant's
+        request quota.
         """
+        services, access = self.services, self.access
+        limit = services.shares.share("requests", access.tenant, access.quotas.request_percentage)
+        with _come_back_later():
+            try:
+                services.admission.try_request(access.tenant, limit)
+            except QuotaWaitError:
+                services.metrics.limit_refused(access.tenant, "request_rate")
+                raise
+        watch = Stopwatch()
+        try:
+            response = await timed(self._send(api, node_id, fetch_cap, fields), watch)
+        finally:
+            throttle_ms = charge_request(services, access, watch.take())
+        await _wait_out(throttle_ms)
+        return response
+
+    async def _send(
+        self, api: tuple[int, int], node_id: int | None, fetch_cap: int | None, fields: Any
+    ) -> Any:
         api_key, version = api
         entity = schema(api_key, version)
         ctx = RequestContext(
@@ -706,7 +735,7 @@ def _come_back_later() -> Iterator[None]:
     try:
         yield
     except QuotaWaitError as exc:
-        raise QuotaExceededError(math.ceil(exc.wait_s * 1000)) from None
+        raise QuotaExceededError(math.ceil(exc.wait_s * 1000), exc.quota) from None
 
 
 async def _wait_out(throttle_ms: int) -> None:

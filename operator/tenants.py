@@ -221,6 +221,7 @@ def _quotas(quotas: Mapping[str, Any]) -> Quotas:
         rate("controllerMutationRate"),
         limit("maxStorageBytes", 1),
         rate("maxConnectionRate"),
+        rate("requestPercentage"),
     )
 
 

@@ -164,6 +164,11 @@ class Quotas:
     """Kafka connections a second the tenant may open over all gateway replicas (Kafka's
     KIP-612 ``connection_creation_rate``); faster logins are held, and refused past 10 s
     (``shoal.gateway.connection_rate``)."""
+    request_percentage: float | None = None
+    """Share of one request-handling thread's time the tenant's requests may take over all
+    gateway replicas, in percent per quota window (Kafka's KIP-124 quota; above 100 is
+    more than one thread); past it, answers carry a throttle and connections are muted
+    (``shoal.gateway.request_quota``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,8 @@ name is the tenant (``kafka-configs --entity-type users --entity-name acme``).
 Keys are Kafka's ``producer_byte_rate``, ``consumer_byte_rate``,
 ``controller_mutation_rate`` (partitions a second, KIP-599) and
 ``connection_creation_rate`` (connections a second, KIP-612; a Tenant's
-``maxConnectionRate``), plus Shoal's ``max_partitions`` and
+``maxConnectionRate``) and ``request_percentage`` (percent of a request
+thread's time, KIP-124; a Tenant's ``requestPercentage``), plus Shoal's ``max_partitions`` and
 ``max_storage_bytes``. The gateway answers both APIs itself from the tenancy
 records; no broker is involved.
 
@@ -41,6 +42,7 @@ _KEYS: Final = {
     "controller_mutation_rate": "controller_mutation_rate",
     "max_storage_bytes": "max_storage_bytes",
     "connection_creation_rate": "max_connection_rate",
+    "request_percentage": "request_percentage",
 }
 _WHOLE_NUMBERS: Final = frozenset({"max_partitions", "max_storage_bytes"})
 _ADMIN_ONLY: Final = "only platform admin keys may alter client quotas"

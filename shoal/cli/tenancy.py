@@ -494,6 +494,15 @@ def quota_set(
             callback=_positive,
         ),
     ] = None,
+    request_percentage: Annotated[
+        float | None,
+        typer.Option(
+            help="Percent of one request thread's time the tenant's requests may take over all"
+            " gateway replicas (Kafka's request_percentage; above 100 is several threads);"
+            " past it, answers are throttled.",
+            callback=_positive,
+        ),
+    ] = None,
     clear: Annotated[bool, typer.Option(help="Remove every limit first.")] = False,
     output: OutputOption = "table",
 ) -> None:
@@ -511,6 +520,7 @@ def quota_set(
             else current.controller_mutation_rate,
             max_storage_bytes if max_storage_bytes is not None else current.max_storage_bytes,
             max_connection_rate if max_connection_rate is not None else current.max_connection_rate,
+            request_percentage if request_percentage is not None else current.request_percentage,
         )
         return await store.set_quotas(tenant, quotas)
 
@@ -531,4 +541,5 @@ def quota_show(tenant: str, etcd: EtcdOption, output: OutputOption = "table") ->
     table.add_row("controller mutations/s", _limit(q.controller_mutation_rate))
     table.add_row("max storage bytes", _limit(q.max_storage_bytes))
     table.add_row("connections/s", _limit(q.max_connection_rate))
+    table.add_row("request time %", _limit(q.request_percentage))
     _emit(output, {"tenant": tenant, **asdict(q)}, table)

@@ -94,7 +94,7 @@ def test_tenants_keys_acls_and_quotas(etcd: EtcdServer) -> None:
         "quota", "set", "acme", "--etcd", url, "--producer-byte-rate", "1048576",
         "--max-partitions", "12", "--max-connections", "40",
         "--controller-mutation-rate", "2.5", "--max-storage-bytes", "200000",
-        "--max-connection-rate", "4",
+        "--max-connection-rate", "4", "--request-percentage", "150",
     )  # fmt: skip
     assert quotas["quotas"] == {
         "producer_byte_rate": 1048576,
@@ -104,12 +104,16 @@ def test_tenants_keys_acls_and_quotas(etcd: EtcdServer) -> None:
         "controller_mutation_rate": 2.5,
         "max_storage_bytes": 200000,
         "max_connection_rate": 4.0,
+        "request_percentage": 150.0,
     }
     shown = as_json("quota", "show", "acme", "--etcd", url)
     assert shown["producer_byte_rate"] == 1048576
     assert shown["controller_mutation_rate"] == 2.5
     assert shown["max_storage_bytes"] == 200000
     assert shown["max_connection_rate"] == 4.0
+    assert shown["request_percentage"] == 150.0
+    refused = shoal("quota", "set", "acme", "--etcd", url, "--request-percentage", "0", check=False)
+    assert refused.returncode != 0 and "greater than 0" in refused.stderr
     refused = shoal(
         "quota", "set", "acme", "--etcd", url, "--max-connection-rate", "0", check=False
     )

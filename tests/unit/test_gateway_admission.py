@@ -99,6 +99,7 @@ async def test_what_went_through_and_what_waited_is_reported_for_the_replicas() 
         "fetch": {},
         "mutations": {},
         "logins": {},
+        "requests": {},
     }
 
 

@@ -95,7 +95,7 @@ def test_a_replica_alone_or_not_yet_in_the_round_takes_its_even_part() -> None:
 
 
 def test_an_unreadable_report_reports_nothing() -> None:
-    nothing = {"produce": {}, "fetch": {}, "mutations": {}, "logins": {}}
+    nothing = {"produce": {}, "fetch": {}, "mutations": {}, "logins": {}, "requests": {}}
     assert parse_report(b"not json") == nothing
     assert parse_report(b"") == nothing
 

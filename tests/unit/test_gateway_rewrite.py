@@ -2133,6 +2133,26 @@ async def test_client_quotas_know_kafkas_controller_mutation_rate() -> None:
     }
 
 
+async def test_client_quotas_know_kafkas_request_percentage_above_one_thread() -> None:
+    store = quota_store()
+    ctx = context(49, 1, platform_admin=True, store=store)
+
+    request = alter_quotas_request(ctx.api, "globex", {"request_percentage": 250.0})
+    response = answered(ctx.api, await client_quotas.alter_client_quotas(ctx, request))
+
+    assert [e.error_code for e in response.entries] == [ErrorCode.none]
+    assert store.writes == [("globex", Quotas(consumer_byte_rate=2e6, request_percentage=250.0))]
+    # The tenant's own key reads it back, as the quota the gateway enforces on it.
+    own = context(48, 1, quotas=store.writes[0][1], store=store)
+    (entry,) = answered(
+        own.api, await client_quotas.describe_client_quotas(own, describe_quotas_request(own.api))
+    ).entries
+    assert {v.key: v.value for v in entry.values} == {
+        "consumer_byte_rate": 2e6,
+        "request_percentage": 250.0,
+    }
+
+
 async def test_client_quotas_know_the_storage_limit_in_whole_bytes() -> None:
     store = quota_store()
     ctx = context(49, 1, platform_admin=True, store=store)
@@ -2148,7 +2168,7 @@ async def test_client_quotas_know_the_storage_limit_in_whole_bytes() -> None:
 @pytest.mark.parametrize(
     ("tenant", "ops", "message"),
     [
-        ("acme", {"request_percentage": 50.0}, "unknown quota key 'request_percentage'"),
+        ("acme", {"no_such_quota": 50.0}, "unknown quota key 'no_such_quota'"),
         ("nobody", {"producer_byte_rate": 1e6}, "tenant 'nobody' does not exist"),
         ("acme", {"producer_byte_rate": 1e6, "consumer_byte_rate": -1.0}, "must be positive"),
     ],

@@ -56,6 +56,7 @@ def test_quotas_and_acls_are_read() -> None:
             "controllerMutationRate": 2.5,
             "maxStorageBytes": 200_000,
             "maxConnectionRate": 4,
+            "requestPercentage": 250,
         },
         keys=[{"name": "app", "role": "none"}],
         acls=[
@@ -77,6 +78,7 @@ def test_quotas_and_acls_are_read() -> None:
         controller_mutation_rate=2.5,
         max_storage_bytes=200_000,
         max_connection_rate=4.0,
+        request_percentage=250.0,
     )
     assert spec.acls[0].pattern_type is PatternType.LITERAL
     assert spec.acls[0].permission is Permission.ALLOW
@@ -105,6 +107,9 @@ def test_quotas_and_acls_are_read() -> None:
         ({"quotas": {"maxStorageBytes": 1.5}}, "maxStorageBytes"),
         ({"quotas": {"maxConnectionRate": 0}}, "maxConnectionRate"),
         ({"quotas": {"maxConnectionRate": "fast"}}, "maxConnectionRate"),
+        ({"quotas": {"requestPercentage": 0}}, "requestPercentage"),
+        ({"quotas": {"requestPercentage": -5.5}}, "requestPercentage"),
+        ({"quotas": {"requestPercentage": True}}, "requestPercentage"),
         (
             {
                 "acls": [

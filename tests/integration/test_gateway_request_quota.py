@@ -1,0 +1,186 @@
+"""A tenant's request quota (requestPercentage, Kafka's KIP-124 ``request_percentage``) through
+a real gateway.
+
+A noisy tenant limited to a few percent of the gateway's request-handling time floods it
+with cheap Metadata requests from several librdkafka clients at once: its clients see
+``throttle_time_ms`` (librdkafka's throttle callback), its connections are muted, and the
+gateway time charged to it over the flood stays near its limit, whatever the number of
+connections. Meanwhile a neighbour tenant's requests on the same gateway are answered at
+once and never throttled. The time charged and the throttles are visible in
+``shoal_gateway_tenant_request_time_seconds_total``,
+``shoal_gateway_tenant_request_throttle_seconds_total`` and
+``shoal_gateway_limit_refusals_total{limit="request_rate"}``.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from confluent_kafka import Producer
+from conftest import GatewayCluster, module_gateway_cluster
+from gateway_env import TenantKey, limit_refusals
+from harness import EtcdServer
+from raw_kafka import RawConnection, request_class
+from shoal.tenancy.model import Quotas
+
+PERCENTAGE = 5.0
+"""5% of a thread: 50 ms of gateway time a second."""
+CLIENTS = 4
+FLOOD_S = 6.0
+
+
+@pytest.fixture(scope="module")
+def cluster(
+    etcd: EtcdServer, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[GatewayCluster]:
+    """One broker behind one gateway: the limit is the gateway's alone."""
+    yield from module_gateway_cluster(etcd, tmp_path_factory, request, "request-quota", brokers=1)
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def tenant_counter(key: TenantKey, name: str) -> float:
+    """A per-tenant counter of the key's gateway's /metrics (0 before it exists)."""
+    with urllib.request.urlopen(key.gateway.metrics_url, timeout=10) as response:
+        text = response.read().decode()
+    for line in text.splitlines():
+        if line.startswith(f'{name}{{tenant="{key.tenant}"}}'):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def request_time(key: TenantKey) -> float:
+    return tenant_counter(key, "shoal_gateway_tenant_request_time_seconds_total")
+
+
+def metadata_request() -> Any:
+    return request_class(3, 12)(
+        topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False
+    )
+
+
+def throttle_ms(response: Any) -> float:
+    return float(response.throttle_time.total_seconds() * 1000)
+
+
+def timed_metadata(connection: RawConnection, count: int) -> list[tuple[float, float]]:
+    """``count`` Metadata requests one after another: (seconds each took, its throttle ms)."""
+    request = metadata_request()
+    answers = []
+    for _ in range(count):
+        started = time.monotonic()
+        response = connection.call(request)
+        answers.append((time.monotonic() - started, throttle_ms(response)))
+    return answers
+
+
+def test_a_metadata_flood_is_throttled_near_its_limit_and_the_neighbour_stays_fast(
+    cluster: GatewayCluster,
+) -> None:
+    noisy = cluster.tenant(unique("noisy"), quotas=Quotas(request_percentage=PERCENTAGE))
+    calm = cluster.tenant(unique("calm"))
+    throttles: list[float] = []
+    requests = [0] * CLIENTS
+    failures: list[BaseException] = []
+    stop = threading.Event()
+
+    clients = [
+        Producer(noisy.librdkafka(throttle_cb=lambda event: throttles.append(event.throttle_time)))
+        for _ in range(CLIENTS)
+    ]
+    for client in clients:
+        client.list_topics(timeout=30)  # signed in before the clock starts
+
+    def flood(number: int) -> None:
+        client = clients[number]
+        try:
+            while not stop.is_set():
+                client.list_topics(timeout=30)  # one Metadata request each
+                requests[number] += 1
+                client.poll(0)  # serves the throttle callback
+        except Exception as exc:  # reported below
+            failures.append(exc)
+
+    with calm.raw() as neighbour:
+        alone = timed_metadata(neighbour, 20)
+        charged_before = request_time(noisy)
+        threads = [threading.Thread(target=flood, args=(n,)) for n in range(CLIENTS)]
+        started = time.monotonic()
+        for thread in threads:
+            thread.start()
+        time.sleep(1.0)  # the flood has run into its limit
+        beside = timed_metadata(neighbour, 40)
+        time.sleep(max(0.0, FLOOD_S - (time.monotonic() - started)))
+        stop.set()
+        for thread in threads:
+            thread.join(60)
+        elapsed = time.monotonic() - started
+        charged = request_time(noisy) - charged_before
+    for client in clients:
+        client.poll(0.5)
+
+    assert failures == []
+    # Its clients were told to back off, with Kafka's throttle_time_ms, and kept no more
+    # than its share: 5% of elapsed, plus one window of burst and one of debt (0.05 s
+    # each), plus the requests in flight when it went over.
+    assert throttles and max(throttles) > 0, "librdkafka saw throttle_time_ms"
+    assert charged <= PERCENTAGE / 100 * elapsed + 0.15, (charged, elapsed, sum(requests))
+    assert charged >= 0.3 * PERCENTAGE / 100 * elapsed, "the flood did reach its limit"
+    assert tenant_counter(noisy, "shoal_gateway_tenant_request_throttle_seconds_total") > 0
+    assert limit_refusals(noisy, "request_rate") > 0
+    # The neighbour, unlimited on the same gateway, was never throttled or held.
+    assert all(throttle == 0 for _, throttle in alone + beside)
+    alone_p50 = statistics.median(took for took, _ in alone)
+    beside_p50 = statistics.median(took for took, _ in beside)
+    assert beside_p50 < max(5 * alone_p50, 0.02), (alone_p50, beside_p50)
+    assert limit_refusals(calm, "request_rate") == 0
+
+
+def test_a_muted_connection_is_not_read_until_its_throttle_has_passed(
+    cluster: GatewayCluster,
+) -> None:
+    # 1%: 10 ms a second, 10 ms of burst. Pipelined requests run the tenant into debt;
+    # the answer that reports the debt is followed by that long a silence.
+    tight = cluster.tenant(unique("tight"), quotas=Quotas(request_percentage=1.0))
+    request = metadata_request()
+    with tight.raw() as connection:
+        owed = 0.0
+        for _ in range(20):
+            answers = [connection.send(request) for _ in range(20)]
+            for _ in answers:
+                _, response = connection.receive(type(request))
+                owed = max(owed, throttle_ms(response))
+            if owed > 100:
+                break
+        assert owed > 100, "twenty rounds of twenty Metadata requests took more than 1%"
+        started = time.monotonic()
+        connection.call(request)
+        assert time.monotonic() - started >= owed / 1000 * 0.5, owed
+
+
+def test_the_http_door_draws_on_the_same_budget(cluster: GatewayCluster) -> None:
+    tenant = cluster.tenant(unique("http"), quotas=Quotas(request_percentage=1.0))
+    charged_before = request_time(tenant)
+    statuses: list[int] = []
+    with httpx.Client(
+        base_url=cluster.gateway.http_url, auth=(tenant.key_id, tenant.secret), timeout=60
+    ) as http:
+        cluster_id = http.get("/v3/clusters").json()["data"][0]["cluster_id"]
+        started = time.monotonic()
+        while time.monotonic() - started < 3.0:  # each a Metadata request to a broker
+            statuses.append(http.get(f"/v3/clusters/{cluster_id}/topics").status_code)
+    charged = request_time(tenant) - charged_before
+    assert charged > 0, "HTTP calls are charged to the tenant's request time"
+    # 1% of 3 s, a window of burst and one of debt, and the call in flight.
+    assert charged <= 0.01 * 3.0 + 0.05, (charged, len(statuses))
+    assert set(statuses) <= {200, 429}, statuses
