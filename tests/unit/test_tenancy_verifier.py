@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 
 import pytest
@@ -104,3 +105,29 @@ async def test_the_cache_holds_no_secret(keys: Keys, clock: Clock) -> None:
     remembered = vars(verifier)["_remembered"][key.key_id]
     assert secret.encode() not in remembered.fingerprint
     assert secret not in repr(remembered)
+
+
+async def test_logins_of_one_key_at_once_share_one_check(keys: Keys, clock: Clock) -> None:
+    """A thousand clients of one key connecting together cost one lookup and one hash;
+    a wrong secret among them is still checked on its own, and refused."""
+    key, secret = keys.add()
+    verifier = KeyVerifier(keys.lookup, clock)
+    answers = await asyncio.gather(
+        *(verifier.verify(key.key_id, secret) for _ in range(50)),
+        verifier.verify(key.key_id, secret + "x"),
+    )
+    assert answers == [key] * 50 + [None]
+    assert keys.lookups == 2
+
+
+async def test_a_caller_giving_up_does_not_cancel_the_check_others_wait_for(
+    keys: Keys, clock: Clock
+) -> None:
+    key, secret = keys.add()
+    verifier = KeyVerifier(keys.lookup, clock)
+    impatient = asyncio.ensure_future(verifier.verify(key.key_id, secret))
+    patient = asyncio.ensure_future(verifier.verify(key.key_id, secret))
+    await asyncio.sleep(0)
+    impatient.cancel()
+    assert await patient == key
+    assert keys.lookups == 1
