@@ -24,14 +24,16 @@ are measured on, with topics of replication factor 3 and
   once, in order. The killed broker is started again with the same id and
   data, and the next round waits until it is back in the ISR.
 
-The failover pause is the broker's lease, ``SHOAL_BROKER_SESSION_TIMEOUT_MS``
-(9000 ms by default, Kafka's ``broker.session.timeout.ms``): a SIGKILLed
-broker tells nobody, and the controller moves its leaderships only once etcd
-drops its registration, between two thirds of the timeout and all of it
-after the kill (the lease is renewed every third of it). librdkafka adds up
-to two seconds: it asks for metadata once a second while the leader is
-unreachable, and an answer that names the new leader and drops the dead
-broker at once parks the partition until the next answer (see README.md).
+A SIGKILLed broker tells nobody, but its port is closed: a peer that
+knocks on it (every ``SHOAL_BROKER_PEER_PROBE_INTERVAL_MS``, 500 ms) and is
+refused revokes its lease at once, and the controller moves its leaderships.
+Before that knock existed the pause was the broker's lease,
+``SHOAL_BROKER_SESSION_TIMEOUT_MS`` (then 9000 ms, Kafka's
+``broker.session.timeout.ms``), which still bounds it for a frozen broker.
+librdkafka adds up to two seconds: it asks for metadata once a second while
+the leader is unreachable, and an answer that names the new leader and drops
+the dead broker at once parks the partition until the next answer (see
+README.md).
 
 Throughput figures are medians over the runs, failover figures medians over
 the rounds; every run and round is in the JSON written to
@@ -522,7 +524,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5, help="throughput runs per partition count")
     parser.add_argument("--partitions", type=int, nargs="+", default=[1, 3])
     parser.add_argument("--rounds", type=int, default=5, help="leader failover rounds")
-    parser.add_argument("--session-timeout-ms", type=int, default=9000)
+    parser.add_argument("--session-timeout-ms", type=int, default=3000)
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="shoal-bench-", dir=os.environ.get("SHOAL_BENCH_DIR")))

@@ -32,6 +32,7 @@ from typing import Final
 from opentelemetry.sdk.trace import TracerProvider
 from shoal.broker.cluster.cache import MetadataCache
 from shoal.broker.cluster.etcd_store import EtcdMetadataStore
+from shoal.broker.cluster.liveness import PeerProbe
 from shoal.broker.cluster.model import BrokerRegistration, ClusterImage, NodeId, TopicName
 from shoal.broker.cluster.store import StoreUnavailableError
 from shoal.broker.config import BrokerConfig
@@ -43,6 +44,7 @@ from shoal.broker.handlers import API_VERSIONS, build_handlers
 from shoal.broker.handlers.base import BrokerServices
 from shoal.broker.log.cleaner.manager import CleanerSettings
 from shoal.broker.log.manager import LogManager, LogManagerSettings
+from shoal.broker.loop_watch import LoopWatch
 from shoal.broker.metrics import BrokerCollector, RequestMetrics, broker_registry
 from shoal.broker.partition import NotLeaderError, Partition
 from shoal.broker.producer_ids import ProducerIdManager
@@ -51,6 +53,7 @@ from shoal.broker.replication.fetcher import FetcherSettings
 from shoal.broker.server.connection import KafkaConnection
 from shoal.broker.server.dispatcher import Dispatcher
 from shoal.broker.server.tracing import BrokerTracing
+from shoal.broker.tasks import cancel_and_wait
 from shoal.broker.topic_admin import TopicAdmin
 from shoal.broker.txn.coordinator import TransactionCoordinator
 from shoal.broker.txn.markers import TxnMarkerSender, write_markers
@@ -242,7 +245,9 @@ class Broker:
 
         host, port = config.listen_address
         server = await loop.create_server(connection, host, port, reuse_address=True, backlog=1024)
-        metrics = await self._serve_metrics(services, requests)
+        watch = LoopWatch()
+        watching = loop.create_task(watch.run(), name="loop-watch")
+        metrics = await self._serve_metrics(services, requests, watch)
         bound_port = server.sockets[0].getsockname()[1]
         advertised_host, advertised_port = config.advertised_address
         if advertised_port == 0 or (config.advertise is None and port == 0):
@@ -251,10 +256,21 @@ class Broker:
             self.node_id, advertised_host, advertised_port, config.rack
         )
         ttl_s = max(2, math.ceil(config.broker_session_timeout_ms / 1000))
-        revision = await store.register_broker(registration, ttl_s)
+        revision = await store.register_broker(
+            registration,
+            ttl_s,
+            config.broker_heartbeat_interval_ms / 1000,
+            config.broker_loop_stall_timeout_ms / 1000,
+        )
         await cache.wait_for(revision, timeout_s=10)
         controller.start()
         services.replicas.start()
+        probing = None
+        if config.broker_peer_probe_interval_ms > 0:
+            probe = PeerProbe(self.node_id, store, config.broker_peer_probe_interval_ms / 1000)
+            probe.on_image(cache.image)
+            cache.add_listener(probe.on_image)
+            probing = asyncio.create_task(probe.run(), name="peer-probe")
         log.info(
             "event=broker_ready node_id=%d listen=%s:%d advertised=%s:%d cluster_id=%s",
             self.node_id,
@@ -269,6 +285,8 @@ class Broker:
             log.info("event=broker_stopping node_id=%d", self.node_id)
             await self._controlled_shutdown(store, cache, registration)
         finally:
+            await cancel_and_wait(probing)
+            await cancel_and_wait(watching)
             await controller.stop()
             await store.deregister_broker()
             server.close()
@@ -280,7 +298,7 @@ class Broker:
                 await asyncio.wait_for(server.wait_closed(), 5)
 
     async def _serve_metrics(
-        self, services: BrokerServices, requests: RequestMetrics
+        self, services: BrokerServices, requests: RequestMetrics, watch: LoopWatch
     ) -> asyncio.Server | None:
         if not self.config.metrics_listen:
             return None
@@ -291,6 +309,7 @@ class Broker:
             requests,
             lambda: len(self._connections),
             services.transactions,
+            watch,
         )
         host, port = split_host_port(self.config.metrics_listen)
         return await serve_metrics(broker_registry(collector), host, port)

@@ -260,9 +260,28 @@ class BrokerConfig(BaseSettings):
         " before it stops.",
     )
     broker_session_timeout_ms: int = Field(
-        9000,
+        3000,
         ge=2000,
-        description="How long a silent broker stays registered (broker.session.timeout.ms).",
+        description="How long a silent broker stays registered (broker.session.timeout.ms):"
+        " how soon a frozen broker's partitions move.",
+    )
+    broker_heartbeat_interval_ms: int = Field(
+        250,
+        ge=100,
+        description="How often a broker renews its etcd lease (broker.heartbeat.interval.ms);"
+        " at most a third of the session timeout is used.",
+    )
+    broker_loop_stall_timeout_ms: int = Field(
+        9000,
+        ge=1000,
+        description="How long the event loop may stall before the broker stops renewing its"
+        " session (a wedged broker is then fenced as a frozen one is).",
+    )
+    broker_peer_probe_interval_ms: int = Field(
+        500,
+        ge=0,
+        description="How often a broker knocks on its peers' listeners; a peer whose port"
+        " refuses connections (its process is gone) is fenced at once (0: never).",
     )
 
     @field_validator("topic_defaults")

@@ -30,6 +30,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 from shoal.broker.cluster.cache import MetadataCache
 from shoal.broker.cluster.model import NO_LEADER, NodeId
+from shoal.broker.loop_watch import LoopWatch
 from shoal.broker.replica_manager import ReplicaManager
 from shoal.broker.txn.coordinator import TransactionCoordinator
 from shoal.broker.txn.metadata import TxnState
@@ -88,8 +89,10 @@ class BrokerCollector(Collector):
         requests: RequestMetrics,
         connections: Callable[[], int],
         transactions: TransactionCoordinator,
+        loop_watch: LoopWatch | None = None,
     ) -> None:
         self.node_id = node_id
+        self.loop_watch = loop_watch
         self.replicas = replicas
         self.cache = cache
         self.requests = requests
@@ -111,6 +114,18 @@ class BrokerCollector(Collector):
                 held_back[partition.topic] = max(held_back.get(partition.topic, 0), lag)
             sizes[partition.topic] = sizes.get(partition.topic, 0) + partition.log.size
         yield _gauge("shoal_broker_partitions", "Partition replicas hosted here.", hosted)
+        if self.loop_watch is not None:
+            yield _gauge(
+                "shoal_broker_event_loop_stall_max_seconds",
+                "The longest the broker's event loop stalled since it started; one past"
+                " SHOAL_BROKER_LOOP_STALL_TIMEOUT_MS ends the broker's session.",
+                self.loop_watch.longest_s,
+            )
+            yield _counter(
+                "shoal_broker_event_loop_stalls",
+                "Event loop stalls of half a second or more.",
+                self.loop_watch.stalls,
+            )
         yield _gauge("shoal_broker_leader_partitions", "Partitions this broker leads.", leaders)
         yield _gauge(
             "shoal_broker_under_replicated_partitions",

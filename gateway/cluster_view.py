@@ -29,8 +29,9 @@ METADATA_VERSION: Final = 12
 API_VERSIONS_VERSION: Final = 3
 CREATE_TOPICS_VERSION: Final = 7
 _ID_REFRESH_S: Final = 1.0
-PROBE_TIMEOUT_S: Final = 2.0
-"""How long the every-second question for the live brokers may take."""
+PROBE_TIMEOUT_S: Final = 1.0
+"""How long the frequent question for the live brokers may take; a broker slower than
+that (frozen, or very busy) is asked last next time, and the question goes elsewhere."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +100,8 @@ class ClusterView:
         self.remember_topic_ids({t.topic_id: t.name for t in response.topics if t.topic_id})
 
     async def refresh_brokers(self) -> None:
-        """The live brokers alone (Metadata for no topic): cheap enough to ask every second.
+        """The live brokers alone (Metadata for no topic): cheap enough to ask several times
+        a second.
         A broker whose etcd session expired (dead, frozen, cut off) is no longer among them."""
         response = await self.call(
             3,

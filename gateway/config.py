@@ -75,7 +75,7 @@ class GatewayConfig(BaseSettings):
         10000, ge=100, description="How often the broker list is refreshed (new brokers get ports)."
     )
     broker_check_interval_ms: int = Field(
-        1000,
+        250,
         ge=100,
         description="How often the gateway asks which brokers are live; clients of a broker"
         " that left (its etcd session expired) are disconnected, to retry where its"

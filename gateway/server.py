@@ -388,8 +388,9 @@ class Gateway:
         )
 
     async def _refresh_brokers(self, services: GatewayServices) -> None:
-        """Every second, which brokers are live; every metadata refresh interval (or when
-        an answer names a broker without a port), the whole cluster."""
+        """Every broker check interval (a quarter second), which brokers are live; every
+        metadata refresh interval (or when an answer names a broker without a port), the
+        whole cluster."""
         cluster = services.cluster
         full_every_s = self.config.metadata_refresh_interval_ms / 1000
         last_full = time.monotonic()

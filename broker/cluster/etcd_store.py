@@ -15,8 +15,11 @@ cannot both win. Partition states are changed the same way, each compared
 with its own mod revision, and a controller's changes also compare the
 controller key's create revision (its epoch): a controller that lost the
 election while it was deciding writes nothing. A broker's registration lives under a lease that it
-renews; if the broker dies, etcd drops the key after the lease's TTL, which
-is how the cluster learns that a broker is gone.
+renews from a thread of its own (:mod:`shoal.broker.cluster.heartbeat`); if
+the broker falls silent, etcd drops the key after the lease's TTL, which is
+how the cluster learns that a broker is gone, and if its process is gone a
+peer that finds its port closed revokes the lease at once
+(:mod:`shoal.broker.cluster.liveness`).
 
 The image stream reads everything once, then follows a watch from the next
 revision. Events of one etcd transaction arrive in one watch response and
@@ -37,6 +40,7 @@ from typing import Any, Final
 
 import aetcd
 import aetcd.exceptions
+from shoal.broker.cluster.heartbeat import LeaseHeartbeat, retry_window
 from shoal.broker.cluster.model import (
     BrokerRegistration,
     ClusterImage,
@@ -69,8 +73,10 @@ _TXN_OPS: Final = 100
 """Partition changes per etcd transaction; etcd refuses more than 128 operations in one."""
 
 
-def _keepalive_interval(ttl_s: int) -> float:
-    return max(ttl_s / 3, 0.5)
+def _keepalive_interval(ttl_s: int, heartbeat_s: float | None = None) -> float:
+    """Every ``heartbeat_s``, but at least three renewals per TTL."""
+    third = ttl_s / 3
+    return max(min(third, heartbeat_s if heartbeat_s is not None else third), 0.1)
 
 
 class EtcdMetadataStore:
@@ -81,9 +87,8 @@ class EtcdMetadataStore:
         self._client = aetcd.Client(
             host=self.address.host, port=self.address.port, timeout=timeout_s
         )
-        self._lease: Any = None
         self._registration: BrokerRegistration | None = None
-        self._keepalive: asyncio.Task[None] | None = None
+        self._heartbeat: LeaseHeartbeat | None = None
         self._closed = asyncio.Event()
         self.session = BrokerSession(retry_window_s=math.inf)
         """Whether this broker may act as a leader (set up by register_broker)."""
@@ -116,11 +121,9 @@ class EtcdMetadataStore:
         await self._client.close()
 
     async def _stop_keepalive(self) -> None:
-        if self._keepalive is not None:
-            self._keepalive.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._keepalive
-            self._keepalive = None
+        heartbeat, self._heartbeat = self._heartbeat, None
+        if heartbeat is not None:
+            await heartbeat.stop()
 
     async def _call(self, coro: Any) -> Any:
         try:
@@ -146,13 +149,21 @@ class EtcdMetadataStore:
         value, _ = responses[0][0]
         return bytes(value).decode()
 
-    async def register_broker(self, registration: BrokerRegistration, ttl_s: int) -> int:
+    async def register_broker(
+        self,
+        registration: BrokerRegistration,
+        ttl_s: int,
+        heartbeat_s: float | None = None,
+        stall_timeout_s: float = math.inf,
+    ) -> int:
         """Register under a fresh lease, replacing an earlier registration of the same broker.
 
         The same node id under another broker's live lease is refused: two
         brokers must never share an id. A broker restarted after a crash
         carries the same ``node_id`` and data directory, so the old
-        registration is its own and is replaced.
+        registration is its own and is replaced. The lease is renewed from a
+        thread of its own (:mod:`shoal.broker.cluster.heartbeat`) while this
+        event loop has run within ``stall_timeout_s``.
         """
         key = self._key("brokers", registration.node_id)
         existing = await self._call(self._client.get(key))
@@ -163,51 +174,46 @@ class EtcdMetadataStore:
                     f"node id {registration.node_id} is registered by a live broker at"
                     f" {current.host}:{current.port}"
                 )
-        interval = _keepalive_interval(ttl_s)
-        self.session.retry_window_s = interval + self._timeout_s + 1.0
+        interval = _keepalive_interval(ttl_s, heartbeat_s)
+        self.session.retry_window_s = retry_window(interval, ttl_s)
         asked = time.monotonic()
-        self._lease = await self._call(self._client.lease(ttl_s))
+        lease = await self._call(self._client.lease(ttl_s))
         self.session.renewed(asked, ttl_s)
-        put = await self._call(self._client.put(key, registration.to_json(), lease=self._lease))
+        put = await self._call(self._client.put(key, registration.to_json(), lease=lease.id))
         self._registration = registration
-        if self._keepalive is None:
-            self._keepalive = asyncio.create_task(self._keep_alive(ttl_s), name="etcd-keepalive")
+        if self._heartbeat is None:
+            self._heartbeat = LeaseHeartbeat(
+                self.address.host,
+                self.address.port,
+                self._timeout_s,
+                self.session,
+                key,
+                self._registration_json,
+                ttl_s,
+                interval,
+                stall_timeout_s,
+            )
+            self._heartbeat.start(int(lease.id))
+        else:
+            self._heartbeat.lease_id = int(lease.id)
         return int(put.header.revision)
 
-    async def _keep_alive(self, ttl_s: int) -> None:
-        interval = _keepalive_interval(ttl_s)
-        while not self._closed.is_set():
-            await asyncio.sleep(interval)
-            asked = time.monotonic()
-            try:
-                reply = await self._lease.refresh()
-                if reply is None or reply.TTL <= 0:
-                    log.warning("event=broker_lease_expired action=reregister_and_catch_up")
-                    assert self._registration is not None
-                    # Not a leader of anything until the image shows what moved meanwhile.
-                    self.session.registered_again(2**63 - 1)
-                    asked = time.monotonic()
-                    self._lease = await self._client.lease(ttl_s)
-                    put = await self._client.put(
-                        self._key("brokers", self._registration.node_id),
-                        self._registration.to_json(),
-                        lease=self._lease,
-                    )
-                    self.session.registered_again(int(put.header.revision))
-                    self.session.renewed(asked, ttl_s)
-                else:
-                    self.session.renewed(asked, int(reply.TTL))
-            except aetcd.exceptions.ClientError as exc:
-                log.warning("event=broker_lease_refresh_failed error=%s", exc)
-                self.session.renewal_failed(time.monotonic())
+    def _registration_json(self) -> bytes:
+        assert self._registration is not None
+        return self._registration.to_json()
+
+    @property
+    def _lease(self) -> int | None:
+        """The lease this broker's registration lives under, if registered."""
+        return self._heartbeat.lease_id if self._heartbeat is not None else None
 
     async def deregister_broker(self) -> None:
-        # The keep-alive stops first: a refresh after the revoke would find no lease.
+        # The heartbeat stops first: a renewal after the revoke would find no lease.
+        lease = self._lease
         await self._stop_keepalive()
-        if self._lease is not None:
+        if lease is not None:
             with contextlib.suppress(aetcd.exceptions.ClientError):
-                await self._lease.revoke()
-            self._lease = None
+                await self._client.revoke_lease(lease)
 
     async def update_registration(self, registration: BrokerRegistration) -> int:
         """Rewrite this broker's registration under its lease (controlled shutdown)."""
@@ -220,6 +226,25 @@ class EtcdMetadataStore:
         )
         self._registration = registration
         return int(put.header.revision)
+
+    async def registration_lease(self, node_id: NodeId) -> tuple[int, str, int] | None:
+        """The lease id, host and port of ``node_id``'s registration, if it is registered."""
+        found = await self._call(self._client.get(self._key("brokers", node_id)))
+        if found is None or not found.lease:
+            return None
+        registration = BrokerRegistration.from_json(found.value)
+        return int(found.lease), registration.host, registration.port
+
+    async def fence_broker(self, node_id: NodeId, lease_id: int) -> bool:
+        """End a dead broker's registration now: revoke its lease (which also drops the
+        controller key if it held it). False if that lease was already gone."""
+        try:
+            await self._client.revoke_lease(lease_id)
+        except aetcd.exceptions.ClientError as exc:
+            if "not found" in str(exc):
+                return False
+            raise StoreUnavailableError(f"etcd request failed: {exc}") from exc
+        return True
 
     # -- controller ------------------------------------------------------------
 

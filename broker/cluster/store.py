@@ -75,13 +75,29 @@ class MetadataStore(Protocol):
         """The cluster's id, created by the first broker that asks."""
         ...
 
-    async def register_broker(self, registration: BrokerRegistration, ttl_s: int) -> int:
-        """Announce a live broker; the registration vanishes ``ttl_s`` after we stop renewing."""
+    async def register_broker(
+        self,
+        registration: BrokerRegistration,
+        ttl_s: int,
+        heartbeat_s: float | None = None,
+        stall_timeout_s: float = ...,
+    ) -> int:
+        """Announce a live broker; the registration vanishes ``ttl_s`` after we stop renewing
+        (renewed every ``heartbeat_s``, or every third of ``ttl_s`` if that is sooner, while
+        the event loop has run within ``stall_timeout_s``)."""
         ...
 
     async def deregister_broker(self) -> None: ...
 
     async def update_registration(self, registration: BrokerRegistration) -> int: ...
+
+    async def registration_lease(self, node_id: NodeId) -> tuple[int, str, int] | None:
+        """The lease id, host and port of ``node_id``'s registration, if it is registered."""
+        ...
+
+    async def fence_broker(self, node_id: NodeId, lease_id: int) -> bool:
+        """End a dead broker's registration at once (revoke its lease); False if gone."""
+        ...
 
     async def campaign(self, node_id: NodeId) -> bool:
         """Become controller if nobody is; True if we won."""

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 from harness import EtcdServer
 from shoal.broker.cluster.etcd_store import EtcdMetadataStore
-from shoal.broker.cluster.model import BrokerRegistration
+from shoal.broker.cluster.model import BrokerRegistration, NodeId
 
 
 async def test_a_deregistered_broker_closes_cleanly_after_its_keepalive_would_have_run(
@@ -29,3 +30,62 @@ async def test_a_deregistered_broker_closes_cleanly_after_its_keepalive_would_ha
         assert 7 not in image.brokers
     finally:
         await reader.close()
+
+
+def _wedge_loop(seconds: float) -> None:
+    """Block the calling event loop, as a long synchronous step in a broker would."""
+    time.sleep(seconds)
+
+
+async def _registered(reader: EtcdMetadataStore, node_id: int) -> bool:
+    return await reader.registration_lease(NodeId(node_id)) is not None
+
+
+async def test_a_busy_event_loop_keeps_the_session_and_a_wedged_one_loses_it(
+    etcd: EtcdServer,
+) -> None:
+    """Renewals go out from a thread of their own: a loop blocked for most of the TTL
+    keeps the lease (no false failover under load); one blocked past the stall timeout
+    does not (a wedged broker is fenced like a frozen one)."""
+    url = etcd.chroot_url()
+    store = EtcdMetadataStore(url)
+    reader = EtcdMetadataStore(url)
+    await store.connect()
+    await reader.connect()
+    try:
+        await store.register_broker(
+            BrokerRegistration(NodeId(8), "127.0.0.1", 9093),
+            ttl_s=2,
+            heartbeat_s=0.25,
+            stall_timeout_s=4,
+        )
+        _wedge_loop(3.0)  # past the 2 s TTL
+        assert await _registered(reader, 8)
+        assert store.session.may_lead(time.monotonic())
+        _wedge_loop(9.0)  # past the 4 s stall timeout, then the 2 s TTL and etcd's check
+        assert not await _registered(reader, 8)
+        assert not store.session.may_lead(time.monotonic())
+        await asyncio.sleep(1.0)  # the loop runs again: the thread registers anew
+        assert await _registered(reader, 8)
+    finally:
+        await store.deregister_broker()
+        await store.close()
+        await reader.close()
+
+
+async def test_fencing_a_broker_ends_its_registration_at_once(etcd: EtcdServer) -> None:
+    url = etcd.chroot_url()
+    store = EtcdMetadataStore(url)
+    peer = EtcdMetadataStore(url)
+    await store.connect()
+    await peer.connect()
+    try:
+        await store.register_broker(BrokerRegistration(NodeId(9), "127.0.0.1", 9094), ttl_s=9)
+        found = await peer.registration_lease(NodeId(9))
+        assert found is not None and found[1:] == ("127.0.0.1", 9094)
+        assert await peer.fence_broker(NodeId(9), found[0])
+        assert await peer.registration_lease(NodeId(9)) is None
+        assert not await peer.fence_broker(NodeId(9), found[0])
+    finally:
+        await store.close()
+        await peer.close()
