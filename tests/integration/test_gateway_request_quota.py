@@ -84,6 +84,9 @@ def timed_metadata(connection: RawConnection, count: int) -> list[tuple[float, f
     return answers
 
 
+# The neighbour's latency and the time charged are measured against the machine: by
+# themselves, after the rest (on two busy cores a Metadata answer alone takes 30 ms).
+@pytest.mark.alone
 def test_a_metadata_flood_is_throttled_near_its_limit_and_the_neighbour_stays_fast(
     cluster: GatewayCluster,
 ) -> None:
@@ -154,18 +157,20 @@ def test_a_muted_connection_is_not_read_until_its_throttle_has_passed(
     tight = cluster.tenant(unique("tight"), quotas=Quotas(request_percentage=1.0))
     request = metadata_request()
     with tight.raw() as connection:
-        owed = 0.0
+        owed, told_at = 0.0, 0.0
         for _ in range(20):
             answers = [connection.send(request) for _ in range(20)]
             for _ in answers:
                 _, response = connection.receive(type(request))
-                owed = max(owed, throttle_ms(response))
+                if throttle_ms(response) > owed:
+                    # The silence starts no later than this answer arrived: timed from
+                    # here, a busy machine can only make it look longer.
+                    owed, told_at = throttle_ms(response), time.monotonic()
             if owed > 100:
                 break
         assert owed > 100, "twenty rounds of twenty Metadata requests took more than 1%"
-        started = time.monotonic()
         connection.call(request)
-        assert time.monotonic() - started >= owed / 1000 * 0.5, owed
+        assert time.monotonic() - told_at >= owed / 1000 * 0.5, owed
 
 
 def test_the_http_door_draws_on_the_same_budget(cluster: GatewayCluster) -> None:
