@@ -18,16 +18,14 @@ import statistics
 import threading
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from conftest import GatewayCluster, module_gateway_cluster
-from gateway_env import TenantKey, limit_refusals, sasl_login
+from gateway_env import TenantKey, limit_refusals
 from harness import EtcdServer
-from raw_kafka import RawConnection
+from login_storm import STORM, open_connections
 from shoal.tenancy.model import Quotas
 from test_gateway_connection_limits import ROUND_S, SASL_AUTHENTICATION_FAILED
 
@@ -35,7 +33,6 @@ from test_gateway_connection_limits import ROUND_S, SASL_AUTHENTICATION_FAILED
 pytestmark = pytest.mark.alone
 
 LIMIT = 100
-STORM = 1000
 PROBE_RATE = 200
 """The neighbour's records a second: a modest, steady load."""
 PHASE_S = 5.0
@@ -89,33 +86,6 @@ class LatencyProbe(threading.Thread):
     def stop(self) -> None:
         self._halt.set()
         self.join(60)
-
-
-def open_connections(
-    bootstrap: str,
-    key_id: str,
-    secret: str,
-    answered: multiprocessing.Queue[tuple[float, list[tuple[int, str | None]]]],
-    go: Any,
-    release: Any,
-) -> None:
-    """In a process of its own: once ``go`` is set, :data:`STORM` logins from 32 threads
-    at once; puts how long they took and each answer's error code and message, then
-    holds the accepted connections open until ``release`` is set."""
-    go.wait(120)
-
-    def one(_: int) -> tuple[RawConnection, int, str | None]:
-        connection = RawConnection(bootstrap)
-        answer = sasl_login(connection, key_id, secret)
-        return connection, answer.error_code, answer.error_message
-
-    started = time.monotonic()
-    with ThreadPoolExecutor(32) as pool:
-        logins = list(pool.map(one, range(STORM)))
-    answered.put((time.monotonic() - started, [(code, message) for _, code, message in logins]))
-    release.wait(120)
-    for connection, _, _ in logins:
-        connection.close()
 
 
 def p99(values: list[float]) -> float:
