@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from shoal.gateway.quotas import ByteBudget
+from shoal.gateway.quotas import ByteBudget, tenant_budget
 
 DEFAULT_MAX_WAIT_S: Final = 10.0
 """The longest a login is held; past it, it is refused."""
@@ -73,11 +73,7 @@ class ConnectionRates:
         if rate is None:
             self._buckets.pop(tenant, None)
             return AT_ONCE
-        bucket = self._buckets.get(tenant)
-        if bucket is None:
-            bucket = self._buckets[tenant] = ByteBudget(rate, burst(rate), now)
-        elif bucket.rate != rate:
-            bucket.retune(rate, burst(rate), now)
+        bucket = tenant_budget(self._buckets, tenant, rate, burst(rate), now)
         # The login may go once the bucket, less this login's token, is back at zero.
         wait_s = bucket.seconds_until(1.0, now)
         if wait_s > self.max_wait_s:

@@ -44,7 +44,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from shoal.gateway.quotas import DEFAULT_MAX_THROTTLE_MS, ByteBudget
+from shoal.gateway.quotas import DEFAULT_MAX_THROTTLE_MS, ByteBudget, tenant_budget
 
 DEFAULT_BURST_S: Final = 11.0
 """Kafka's default burst: ``controller.quota.window.num`` (11) samples of
@@ -126,10 +126,4 @@ class MutationQuotas:
             return None
         if not limit > 0:
             raise ValueError(f"tenant {tenant!r} has a non-positive mutation rate {limit}")
-        capacity = limit * self.burst_s
-        bucket = self._buckets.get(tenant)
-        if bucket is None:
-            bucket = self._buckets[tenant] = ByteBudget(limit, capacity, now)
-        elif bucket.rate != limit:
-            bucket.retune(limit, capacity, now)
-        return bucket
+        return tenant_budget(self._buckets, tenant, limit, limit * self.burst_s, now)

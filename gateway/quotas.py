@@ -118,6 +118,20 @@ class ByteBudget:
         return max(0.0, (level - self.balance(now)) / self.rate)
 
 
+def tenant_budget(
+    budgets: dict[str, ByteBudget], tenant: str, rate: float, capacity: float, now: float
+) -> ByteBudget:
+    """``tenant``'s budget in ``budgets`` at ``rate`` and ``capacity``: made (full) on first
+    use, retuned (its balance kept) when the rate has changed since. Every per-tenant
+    bucket of the gateway's limits is kept this way."""
+    budget = budgets.get(tenant)
+    if budget is None:
+        budget = budgets[tenant] = ByteBudget(rate, capacity, now)
+    elif budget.rate != rate:
+        budget.retune(rate, capacity, now)
+    return budget
+
+
 class FetchTicket(NamedTuple):
     """A forwarded fetch's reservation: the most it asked for, charged until it is settled."""
 
@@ -196,13 +210,7 @@ class QuotaManager:
             return None
         if not limit > 0:
             raise ValueError(f"tenant {tenant!r} has a non-positive byte-rate limit {limit}")
-        capacity = limit * self._config.window_s
-        budget = budgets.get(tenant)
-        if budget is None:
-            budget = budgets[tenant] = ByteBudget(limit, capacity, now)
-        elif budget.rate != limit:
-            budget.retune(limit, capacity, now)
-        return budget
+        return tenant_budget(budgets, tenant, limit, limit * self._config.window_s, now)
 
     def _charge(
         self,

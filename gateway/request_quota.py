@@ -49,7 +49,12 @@ import time
 from collections.abc import Callable, Coroutine, Generator
 from typing import Any, Final, Generic, TypeVar
 
-from shoal.gateway.quotas import DEFAULT_MAX_THROTTLE_MS, DEFAULT_WINDOW_S, ByteBudget
+from shoal.gateway.quotas import (
+    DEFAULT_MAX_THROTTLE_MS,
+    DEFAULT_WINDOW_S,
+    ByteBudget,
+    tenant_budget,
+)
 
 LIMIT_NAME: Final = "request_percentage"
 """The quota as Kafka (and AlterClientQuotas) names it; a Tenant's ``requestPercentage``."""
@@ -112,13 +117,7 @@ class RequestQuotas:
                 f"tenant {tenant!r} has a non-positive request percentage {percentage}"
             )
         rate = seconds_per_second(percentage)
-        capacity = rate * self.window_s
-        bucket = self._buckets.get(tenant)
-        if bucket is None:
-            bucket = self._buckets[tenant] = ByteBudget(rate, capacity, now)
-        elif bucket.rate != rate:
-            bucket.retune(rate, capacity, now)
-        return bucket
+        return tenant_budget(self._buckets, tenant, rate, rate * self.window_s, now)
 
 
 class Stopwatch:
