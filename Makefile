@@ -156,7 +156,7 @@ $(KAFKAJS_HOME)/.installed: tests/integration/kafkajs/package.json
 PYTEST_WORKERS := -n 2 --dist loadfile
 
 pytest: $(VENV)/.installed-test kcat iproute2 java helm kafka spark-kafka kafkajs
-	$(BIN)/pytest -q $(PYTEST_WORKERS) -m 'not alone' --durations=25 $(PYTEST_ARGS)
+	$(BIN)/pytest -q $(PYTEST_WORKERS) -m 'not alone and not soak' --durations=25 $(PYTEST_ARGS)
 	$(BIN)/pytest -q -m 'alone and not bench_smoke' --durations=5 $(PYTEST_ARGS)
 
 # The quick benchmark suite (`make bench` at 5% scale, every peer, from the
@@ -181,10 +181,11 @@ test-kube: $(VENV)/.installed-test helm
 # The fault schedule of tests/integration/test_fault_network.py for half an
 # hour (SOAK_SECONDS): every process in a network namespace of its own (root
 # needed), links cut, leaders killed and frozen, etcd isolated, the gateway
-# restarted, under recorded clients whose history the checker judges.
-# SHOAL_FAULT_SEED replays a schedule.
+# restarted, under recorded clients whose history the checker judges; then
+# the same schedule against Apache Kafka, the anchor, and both summaries side
+# by side (an hour in all). SHOAL_FAULT_SEED replays a schedule.
 SOAK_SECONDS ?= 1800
-soak: $(VENV)/.installed-test iproute2
+soak: $(VENV)/.installed-test iproute2 kafka
 	SHOAL_FAULT_SECONDS=$(SOAK_SECONDS) $(BIN)/pytest -q -s -p no:xdist \
 	  tests/integration/test_fault_network.py $(PYTEST_ARGS)
 

@@ -246,11 +246,18 @@ def new_cluster_id() -> str:
 # and how many brokers a broker's metadata holds, without a client library.
 
 
-def _request(port: int, api_key: int, version: int, body: bytes, timeout: float = 2.0) -> bytes:
+def _request(
+    port: int,
+    api_key: int,
+    version: int,
+    body: bytes,
+    timeout: float = 2.0,
+    host: str = "127.0.0.1",
+) -> bytes:
     client_id = b"shoal-apache-kafka"
     header = struct.pack(">hhih", api_key, version, 1, len(client_id)) + client_id
     message = header + body
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as conn:
+    with socket.create_connection((host, port), timeout=timeout) as conn:
         conn.sendall(struct.pack(">i", len(message)) + message)
         size = struct.unpack(">i", _read(conn, 4))[0]
         response = _read(conn, size)
@@ -280,9 +287,9 @@ def api_keys(port: int) -> dict[int, tuple[int, int]]:
     return keys
 
 
-def metadata_brokers(port: int) -> list[int]:
+def metadata_brokers(port: int, host: str = "127.0.0.1") -> list[int]:
     """Metadata v1 without topics: the ids of the brokers this broker knows."""
-    body = _request(port, 3, 1, struct.pack(">i", 0))
+    body = _request(port, 3, 1, struct.pack(">i", 0), host=host)
     (count,) = struct.unpack_from(">i", body)
     offset, ids = 4, []
     for _ in range(count):
@@ -297,11 +304,17 @@ def metadata_brokers(port: int) -> list[int]:
 class KafkaNode:
     """One JVM: the controller or a broker, with its directory, config and log."""
 
-    def __init__(self, node_id: int, role: str, directory: Path, port: int) -> None:
+    def __init__(
+        self, node_id: int, role: str, directory: Path, port: int, host: str = "127.0.0.1"
+    ) -> None:
         self.node_id = node_id
         self.role = role
         self.directory = directory
         self.port = port
+        self.host = host
+        """Where it listens: loopback, or a network namespace's address (the fault tests)."""
+        self.launcher: list[str] = []
+        """Prepended to the JVM's command line, e.g. ``ip netns exec <namespace>``."""
         self.config_path = directory / "server.properties"
         self.log_path = directory / "kafka.log"
         self.process: subprocess.Popen[bytes] | None = None
@@ -309,7 +322,7 @@ class KafkaNode:
 
     @property
     def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     def write_config(self, settings: dict[str, str]) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -326,7 +339,10 @@ class KafkaNode:
             # A session of its own: Ctrl-C in a terminal reaches the launcher,
             # which stops brokers before the controller, not every JVM at once.
             self.process = subprocess.Popen(
-                argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                [*self.launcher, *argv],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
 
     def started(self) -> bool:
@@ -515,7 +531,6 @@ class ApacheKafka:
                 raise RuntimeError(f"formatting {node.role} {node.node_id} failed:\n{text}")
 
     def start(self) -> ApacheKafka:
-        libs = _libs(self.kafka_home)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         state = self.data_dir / "cluster.json"
         taken = [node.port for node in self.nodes if not _port_free(node.port)]
@@ -534,20 +549,7 @@ class ApacheKafka:
         deadline = time.monotonic() + self.start_timeout
         try:
             for node in self.nodes:
-                heap = self.controller_heap if node.role == "controller" else self.broker_heap
-                node.start(
-                    [
-                        _java(),
-                        *heap,
-                        *self.jvm_opts,
-                        f"-Dlog4j2.configurationFile={log4j}",
-                        f"-Dkafka.logs.dir={node.directory}",
-                        "-cp",
-                        f"{libs}/*",
-                        "kafka.Kafka",
-                        str(node.config_path),
-                    ]
-                )
+                self.start_node(node)
             self._wait(deadline, lambda: all(node.started() for node in self.nodes), "to start")
             self._wait(deadline, self._metadata_complete, "to see all brokers")
         except BaseException:
@@ -555,12 +557,29 @@ class ApacheKafka:
             raise
         return self
 
+    def start_node(self, node: KafkaNode) -> None:
+        """Launch one node of a formatted cluster (again, after it was killed)."""
+        heap = self.controller_heap if node.role == "controller" else self.broker_heap
+        node.start(
+            [
+                _java(),
+                *heap,
+                *self.jvm_opts,
+                f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}",
+                f"-Dkafka.logs.dir={node.directory}",
+                "-cp",
+                f"{_libs(self.kafka_home)}/*",
+                "kafka.Kafka",
+                str(node.config_path),
+            ]
+        )
+
     def _metadata_complete(self) -> bool:
         expected = sorted(BROKER_IDS)
         for broker in self.brokers:
             broker.started()  # raises if it exited
             try:
-                if metadata_brokers(broker.port) != expected:
+                if metadata_brokers(broker.port, broker.host) != expected:
                     return False
             except (OSError, struct.error):
                 return False

@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 log = logging.getLogger(__name__)
@@ -77,11 +78,31 @@ class FaultInjector:
         self.broker_topic = broker_topic
         self.clock = clock
         self.applied: list[Applied] = []
+        self.failovers = 0
+        """Partition leaders that moved, counted from the leaders seen before each fault,
+        when it was healed and after its calm spell."""
+        self._last_leaders: dict[int, int] = {}
 
     def leader_of(self, partition: int) -> int:
         admin = AdminClient({"bootstrap.servers": self.live_bootstrap()})
         found = admin.list_topics(self.broker_topic, timeout=10).topics[self.broker_topic]
         return int(found.partitions[partition].leader)
+
+    def leaders(self) -> dict[int, int]:
+        """Each partition's leader as the brokers say now; {} if they cannot say."""
+        admin = AdminClient({"bootstrap.servers": self.live_bootstrap()})
+        try:
+            found = admin.list_topics(self.broker_topic, timeout=5).topics[self.broker_topic]
+        except KafkaException:
+            return {}
+        return {p: int(m.leader) for p, m in found.partitions.items() if m.leader >= 0}
+
+    def _count_failovers(self) -> None:
+        now = self.leaders()
+        self.failovers += sum(
+            1 for p, leader in now.items() if self._last_leaders.get(p, leader) != leader
+        )
+        self._last_leaders.update(now)
 
     def live_bootstrap(self) -> str:
         return ",".join(b.bootstrap for b in self.cluster.brokers if b.running)
@@ -96,12 +117,15 @@ class FaultInjector:
 
     def apply(self, fault: Fault) -> None:
         """Break, wait ``lasts_s``, heal, then leave the cluster alone for ``calm_s``."""
+        self._count_failovers()
         began = self.clock()
         victim = getattr(self, f"fault_{fault.kind}")(fault)
         healed = self.clock()
         log.warning("fault %s on %s from %.1f s to %.1f s", fault.kind, victim, began, healed)
         self.applied.append(Applied(fault, victim, began, healed))
+        self._count_failovers()
         time.sleep(fault.calm_s)
+        self._count_failovers()
 
     def fault_gateway(self, fault: Fault) -> str:
         self.cluster.gateway.stop()

@@ -10,31 +10,45 @@ lost, duplicated or reordered write, no phantom read, no split brain and no
 committed offset going backwards.
 
 The seed is printed; ``SHOAL_FAULT_SEED=<seed>`` replays a schedule and
-``SHOAL_FAULT_SECONDS`` lengthens it (``make soak``: half an hour).
+``SHOAL_FAULT_SECONDS`` lengthens it (``make soak``: half an hour). Each run
+prints a summary: records acknowledged, anomalies, failovers and the gap a
+producer saw per kind of fault (median and max).
+
+The anchor (``soak`` marker, run by ``make soak``, not by ``make test``): the
+same schedule, same seed, against Apache Kafka (a KRaft controller and three
+brokers, each in a namespace of its own), its summary printed beside Shoal's.
+Kafka's clients connect to its brokers directly (it has no gateway); its
+controller is the KRaft node, so ``controller`` and ``etcd`` both isolate it
+(the coordination store out of reach), and ``gateway`` applies nothing there
+(the schedule keeps its time so the two runs stay in step).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, NewTopic
 from faults import Fault, FaultInjector, fault_seed, schedule
 from gateway_env import GatewayProcess
 from harness import BrokerProcess, etcd_healthy, start_all, wait_until
 from netns import Network, Node, call_in, namespaces_available
+from shoal.benchmarks.apache_kafka import ApacheKafka, KafkaNode, default_kafka_home
 
 from shoal.etcd_process import etcd_binary
-from shoal.history.checker import check, longest_ack_gap
-from shoal.history.events import write_history
+from shoal.history.checker import check
+from shoal.history.events import Event, write_history
+from shoal.history.summary import FaultSpan, SoakSummary, render, summarize
 from shoal.history.workload import Run, Workload
 
 PARTITIONS = 3
@@ -45,6 +59,11 @@ BROKER_PORT = 9092
 ETCD_PORT = 2379
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(int(SECONDS) + 900)]
+
+SEED = fault_seed()
+"""One seed for the module: Shoal and the anchor run the same schedule."""
+SUMMARIES: list[SoakSummary] = []
+"""Each system's summary, in the order they ran: the anchor prints them side by side."""
 
 
 class NamespacedEtcd:
@@ -161,7 +180,9 @@ class NetworkCluster:
 class NetworkFaultInjector(FaultInjector):
     """Kills and freezes as FaultInjector, plus links taken away in the namespaces."""
 
-    def __init__(self, cluster: NetworkCluster, broker_topic: str, clock: Any) -> None:
+    def __init__(
+        self, cluster: NetworkCluster | KafkaNetworkCluster, broker_topic: str, clock: Any
+    ) -> None:
         super().__init__(cluster, broker_topic, clock)
         self.net = cluster
 
@@ -185,6 +206,9 @@ class NetworkFaultInjector(FaultInjector):
 
     def leader_of(self, partition: int) -> int:
         return self._ask(lambda found: found.topics[self.broker_topic].partitions[partition].leader)
+
+    def leaders(self) -> dict[int, int]:
+        return call_in(self.net.client, super().leaders)
 
     def _for(self, fault: Fault, broken: Any) -> None:
         try:
@@ -214,7 +238,7 @@ class NetworkFaultInjector(FaultInjector):
         return "etcd isolated"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NetworkCluster]:
     unavailable = namespaces_available()
     if unavailable is not None:
@@ -229,20 +253,57 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NetworkCluster
         network.close()
 
 
-def full_isr(cluster: NetworkCluster, broker_topic: str) -> bool:
+def full_isr(client: Node, bootstrap: str, topic: str) -> bool:
+    """Whether every partition of ``topic`` has all three replicas in sync (asked as the
+    brokers see it, from the clients' namespace)."""
+
     def ask() -> bool:
-        admin = AdminClient({"bootstrap.servers": cluster.brokers[0].bootstrap})
-        partitions = admin.list_topics(broker_topic, timeout=10).topics[broker_topic].partitions
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        partitions = admin.list_topics(topic, timeout=10).topics[topic].partitions
         return len(partitions) == PARTITIONS and all(len(p.isrs) == 3 for p in partitions.values())
 
-    return call_in(cluster.client, ask)
+    return call_in(client, ask)
+
+
+def record_under_faults(
+    system: str,
+    client: Node,
+    settings: dict[str, str],
+    injector_for: Callable[[Callable[[], float]], NetworkFaultInjector],
+    history: Path,
+) -> list[Event]:
+    """The recorded workload on ``events`` while the seeded schedule runs; the checker's
+    report and the run's summary printed, the summary kept for the side-by-side table."""
+    seed = SEED
+    workload = Workload(settings, "events", producers=2, consumers=2, rate=100)
+    run = call_in(client, lambda: Run(workload).start())
+    injector = injector_for(run.history.now)
+    time.sleep(3)
+    injector.run(schedule(seed, SECONDS, PARTITIONS, KINDS))
+    events = call_in(client, run.finish)
+    write_history(history, events)
+    report = check(events)
+    print(f"\n{system}, seed {seed} (history in {history}):\n{report.summary()}")
+    for applied in injector.applied:
+        print(
+            f"  {applied.fault.kind}: {applied.victim} from {applied.began_s:.1f} s"
+            f" to {applied.healed_s:.1f} s"
+        )
+    # A fault with no victim applied nothing (the gateway's restart on Kafka).
+    spans = [FaultSpan(a.fault.kind, a.began_s, a.healed_s) for a in injector.applied if a.victim]
+    summary = summarize(system, report, events, spans, injector.failovers)
+    SUMMARIES.append(summary)
+    print(render([summary], KINDS))
+    assert report.ok, f"{system}, seed {seed}:\n{report.summary()}"
+    assert report.acknowledged > 0.5 * report.sent, report.summary()
+    assert report.polled > 0 and report.commits > 0, report.summary()
+    return events
 
 
 def test_no_anomaly_through_partitions_isolations_kills_and_freezes(
     cluster: NetworkCluster, tmp_path: Path
 ) -> None:
-    seed = fault_seed()
-    print(f"\nnetwork fault seed {seed}: SHOAL_FAULT_SEED={seed} replays it")
+    print(f"\nnetwork fault seed {SEED}: SHOAL_FAULT_SEED={SEED} replays it")
     cluster.shoal("tenant", "create", "net", "--etcd", cluster.etcd_url)
     key = json.loads(
         cluster.shoal("key", "create", "net", "--etcd", cluster.etcd_url, "-o", "json")
@@ -259,24 +320,151 @@ def test_no_anomaly_through_partitions_isolations_kills_and_freezes(
         "topic", "create", "events", "-p", str(PARTITIONS), "-r", "3",
         "-c", "min.insync.replicas=2", *flags,
     )  # fmt: skip
-    wait_until(lambda: full_isr(cluster, "net.events"), 60, "a full ISR on every partition")
+    bootstrap = cluster.brokers[0].bootstrap
+    wait_until(
+        lambda: full_isr(cluster.client, bootstrap, "net.events"),
+        60,
+        "a full ISR on every partition",
+    )
+    record_under_faults(
+        "shoal",
+        cluster.client,
+        settings,
+        lambda clock: NetworkFaultInjector(cluster, "net.events", clock),
+        tmp_path / "history.jsonl",
+    )
 
-    workload = Workload(settings, "events", producers=2, consumers=2, rate=100)
-    run = call_in(cluster.client, lambda: Run(workload).start())
-    injector = NetworkFaultInjector(cluster, "net.events", run.history.now)
-    time.sleep(3)
-    injector.run(schedule(seed, SECONDS, PARTITIONS, KINDS))
-    events = call_in(cluster.client, run.finish)
-    write_history(tmp_path / "history.jsonl", events)
 
-    report = check(events)
-    print(report.summary())
-    for applied in injector.applied:
-        gap = longest_ack_gap(events, applied.began_s - 1, applied.healed_s)
-        print(
-            f"  {applied.fault.kind}: {applied.victim} from {applied.began_s:.1f} s"
-            f" to {applied.healed_s:.1f} s: producers waited up to {gap:.1f} s"
-        )
-    assert report.ok, f"seed {seed}:\n{report.summary()}"
-    assert report.acknowledged > 0.5 * report.sent, report.summary()
-    assert report.polled > 0 and report.commits > 0, report.summary()
+# The anchor: Apache Kafka under the same schedule.
+
+
+class NamespacedKafkaBroker:
+    """A Kafka broker JVM in its namespace, with the handle FaultInjector expects."""
+
+    def __init__(self, kafka: ApacheKafka, node: KafkaNode, namespace: Node) -> None:
+        self.kafka = kafka
+        self.kafka_node = node
+        self.node = namespace
+        self.node_id = node.node_id
+
+    @property
+    def bootstrap(self) -> str:
+        return self.kafka_node.address
+
+    @property
+    def running(self) -> bool:
+        process = self.kafka_node.process
+        return process is not None and process.poll() is None
+
+    def start(self) -> None:
+        self.kafka.start_node(self.kafka_node)
+        wait_until(self.kafka_node.started, 120, f"Kafka broker {self.node_id} to start")
+
+    def kill(self) -> None:
+        self.kafka_node.signal(signal.SIGKILL)
+        self.kafka_node.wait(10)
+
+    def pause(self) -> None:
+        self.kafka_node.signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self.kafka_node.signal(signal.SIGCONT)
+
+
+class NamespacedKafka(ApacheKafka):
+    """Apache Kafka with its controller and each broker in a namespace of their own.
+
+    Kafka's own settings and JVM flags (as the benchmarks run it), not the
+    short-run flags of the tests that only ask it a few questions.
+    """
+
+    def __init__(self, network: Network, root: Path) -> None:
+        super().__init__(root, default_kafka_home())
+        self.network = network
+        self.client = network.add("client")
+        self.controller_namespace = network.add("kraft")
+        self.controller.host = self.controller_namespace.address
+        self.controller.launcher = self.controller_namespace.command([])
+        self.handles: list[NamespacedKafkaBroker] = []
+        for broker in self.brokers:
+            namespace = network.add(f"k{broker.node_id}")
+            broker.host = namespace.address
+            broker.launcher = namespace.command([])
+            self.handles.append(NamespacedKafkaBroker(self, broker, namespace))
+
+    def _metadata_complete(self) -> bool:
+        # The brokers' addresses exist only inside the namespaces.
+        return call_in(self.client, super()._metadata_complete)
+
+
+@dataclass
+class CoordinationStore:
+    node: Node
+
+
+class KafkaNetworkCluster:
+    """What NetworkFaultInjector reaches for, on Apache Kafka: the KRaft controller
+    stands where etcd stands in Shoal's cluster (the coordination store)."""
+
+    def __init__(self, kafka: NamespacedKafka) -> None:
+        self.kafka = kafka
+        self.network = kafka.network
+        self.client = kafka.client
+        self.brokers = kafka.handles
+        self.etcd = CoordinationStore(kafka.controller_namespace)
+
+
+class KafkaFaultInjector(NetworkFaultInjector):
+    def fault_controller(self, fault: Fault) -> str:
+        self._for(fault, lambda: self.net.network.isolate(self.net.etcd.node))
+        return "KRaft controller isolated"
+
+    def fault_etcd(self, fault: Fault) -> str:
+        return self.fault_controller(fault)
+
+    def fault_gateway(self, fault: Fault) -> str:
+        time.sleep(fault.lasts_s)
+        return ""  # nothing to restart: Kafka's clients reach the brokers directly
+
+
+@pytest.fixture
+def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaNetworkCluster]:
+    unavailable = namespaces_available()
+    if unavailable is not None:
+        pytest.skip(unavailable)
+    network = Network()
+    try:
+        kafka = NamespacedKafka(network, tmp_path_factory.mktemp("fault-network-kafka"))
+        with kafka:
+            yield KafkaNetworkCluster(kafka)
+    finally:
+        network.close()
+
+
+@pytest.mark.soak
+def test_apache_kafka_under_the_same_schedule(
+    kafka_cluster: KafkaNetworkCluster, tmp_path: Path
+) -> None:
+    print(f"\nnetwork fault seed {SEED} on Apache Kafka: SHOAL_FAULT_SEED={SEED} replays it")
+    settings = {"bootstrap.servers": kafka_cluster.kafka.bootstrap}
+
+    def create() -> None:
+        admin = AdminClient(settings)
+        topic = NewTopic("events", PARTITIONS, 3, config={"min.insync.replicas": "2"})
+        for future in admin.create_topics([topic]).values():
+            future.result(30)
+
+    call_in(kafka_cluster.client, create)
+    wait_until(
+        lambda: full_isr(kafka_cluster.client, settings["bootstrap.servers"], "events"),
+        60,
+        "a full ISR on every partition",
+    )
+    record_under_faults(
+        "apache-kafka",
+        kafka_cluster.client,
+        settings,
+        lambda clock: KafkaFaultInjector(kafka_cluster, "events", clock),
+        tmp_path / "history.jsonl",
+    )
+    print("\n" + render(SUMMARIES, KINDS))

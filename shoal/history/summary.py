@@ -1,0 +1,107 @@
+"""A soak's summary: what a run under faults cost its clients, per kind of fault.
+
+The checker says whether anything went wrong; this says how a system behaved
+while nothing did: records acknowledged, anomalies (each should be 0),
+failovers the producers saw, and the gap a producer saw per kind of fault
+(median and max over that kind's faults). One summary per system, rendered
+side by side so the soak against Shoal and the same schedule against Apache
+Kafka read as one table. Pure logic: events and fault spans in, text out.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from shoal.history.checker import Report, longest_ack_gap
+from shoal.history.events import Event, Kind
+
+NOT_APPLIED = "n/a"
+
+
+@dataclass(frozen=True)
+class FaultSpan:
+    """One fault as it was applied: its kind, and when it began and was healed."""
+
+    kind: str
+    began_s: float
+    healed_s: float
+
+
+@dataclass
+class SoakSummary:
+    system: str
+    seconds: float
+    acknowledged: int
+    failed: int
+    anomalies: dict[str, int]
+    failovers: int
+    """Partition leaders that moved during the run, as the fault injector saw them."""
+    gaps: dict[str, list[float]] = field(default_factory=dict)
+    """Per kind of fault, the longest gap a producer saw in each fault of that kind."""
+
+    def gap(self, kind: str) -> tuple[float, float] | None:
+        """Median and max of a kind's gaps, or None if no fault of that kind was applied."""
+        found = self.gaps.get(kind)
+        if not found:
+            return None
+        return statistics.median(found), max(found)
+
+
+# A fault's gap is measured from a second before it began: a producer whose last
+# ack came just before the fault waited through all of it.
+LEAD_S = 1.0
+
+
+def summarize(
+    system: str,
+    report: Report,
+    events: Sequence[Event],
+    faults: Iterable[FaultSpan],
+    failovers: int,
+) -> SoakSummary:
+    acks = [e for e in events if e.kind is Kind.ACK and not e.error]
+    times = [e.time for e in events]
+    seconds = max(times) - min(times) if times else 0.0
+    gaps: dict[str, list[float]] = defaultdict(list)
+    for fault in faults:
+        gaps[fault.kind].append(longest_ack_gap(acks, fault.began_s - LEAD_S, fault.healed_s))
+    return SoakSummary(
+        system=system,
+        seconds=round(seconds, 1),
+        acknowledged=report.acknowledged,
+        failed=report.failed,
+        anomalies=dict(report.counts),
+        failovers=failovers,
+        gaps=dict(gaps),
+    )
+
+
+def render(summaries: Sequence[SoakSummary], kinds: Sequence[str]) -> str:
+    """A Markdown table, one column per system; ``n/a`` where a kind does not apply."""
+    header = ["", *(s.system for s in summaries)]
+    rows: list[list[str]] = [
+        ["run, s", *(f"{s.seconds:.0f}" for s in summaries)],
+        ["records acknowledged", *(str(s.acknowledged) for s in summaries)],
+        ["sends that failed (allowed)", *(str(s.failed) for s in summaries)],
+    ]
+    anomalies = sorted({name for s in summaries for name in s.anomalies})
+    rows += [[name, *(str(s.anomalies.get(name, 0)) for s in summaries)] for name in anomalies]
+    rows.append(["partition leaders moved", *(str(s.failovers) for s in summaries)])
+    for kind in kinds:
+        cells = []
+        for s in summaries:
+            gap = s.gap(kind)
+            cells.append(
+                NOT_APPLIED if gap is None else f"{gap[0]:.1f} / {gap[1]:.1f} ({len(s.gaps[kind])})"
+            )
+        rows.append([f"gap, s: {kind} (median / max (faults))", *cells])
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+
+    def line(cells: Sequence[str]) -> str:
+        return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"
+
+    separator = "| " + " | ".join("-" * w for w in widths) + " |"
+    return "\n".join([line(header), separator, *(line(row) for row in rows)])

@@ -1,0 +1,52 @@
+"""A soak's summary: gaps per kind of fault, failovers, and two systems side by side."""
+
+from __future__ import annotations
+
+from shoal.history.checker import check
+from shoal.history.events import Event, Kind
+from shoal.history.summary import FaultSpan, SoakSummary, render, summarize
+
+
+def ack(producer: str, partition: int, at: float) -> Event:
+    return Event(Kind.ACK, at, producer, f"{producer}-{at}", partition)
+
+
+def acks_every_tenth_of_a_second(
+    producer: str, partition: int, start: float, end: float
+) -> list[Event]:
+    return [ack(producer, partition, start + i / 10) for i in range(int((end - start) * 10))]
+
+
+def test_each_fault_costs_the_longest_wait_any_producer_saw_while_it_lasted() -> None:
+    events = [
+        # p waits 4 s on partition 0 during the kill (10 to 14); q is never stopped.
+        *acks_every_tenth_of_a_second("p", 0, 0, 10),
+        *acks_every_tenth_of_a_second("p", 0, 14, 30),
+        *acks_every_tenth_of_a_second("q", 1, 0, 30),
+        # p waits 1.5 s on partition 1 during the pause (20 to 22).
+        *acks_every_tenth_of_a_second("p", 1, 0, 20.5),
+        *acks_every_tenth_of_a_second("p", 1, 22, 30),
+    ]
+    faults = [FaultSpan("kill", 10.0, 12.0), FaultSpan("pause", 20.0, 22.0)]
+
+    summary = summarize("shoal", check(events), events, faults, failovers=2)
+
+    assert summary.gap("kill") is not None
+    median, longest = summary.gap("kill")  # type: ignore[misc]
+    assert 4.0 <= longest < 4.2 and median == longest
+    assert 1.5 <= summary.gaps["pause"][0] < 1.7
+    assert summary.gap("etcd") is None
+
+
+def test_the_table_sets_systems_side_by_side_and_marks_a_kind_one_did_not_run() -> None:
+    shoal = SoakSummary("shoal", 1800, 10, 0, {"lost": 0}, 3, {"kill": [0.8, 1.2, 0.9]})
+    kafka = SoakSummary("apache-kafka", 1800, 12, 1, {"lost": 0}, 4, {"kill": [9.5]})
+    kafka.gaps["gateway"] = []
+
+    table = render([shoal, kafka], ["kill", "gateway"]).splitlines()
+
+    assert [c.strip() for c in table[0].split("|")[2:4]] == ["shoal", "apache-kafka"]
+    [kill] = [row for row in table if "kill" in row]
+    assert [c.strip() for c in kill.split("|")[2:4]] == ["0.9 / 1.2 (3)", "9.5 / 9.5 (1)"]
+    [gateway] = [row for row in table if "gateway" in row]
+    assert [c.strip() for c in gateway.split("|")[2:4]] == ["n/a", "n/a"]
