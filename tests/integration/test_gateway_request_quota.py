@@ -14,6 +14,7 @@ once and never throttled. The time charged and the throttles are visible in
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import threading
 import time
@@ -26,7 +27,7 @@ import httpx
 import pytest
 from confluent_kafka import Producer
 from conftest import GatewayCluster, module_gateway_cluster
-from gateway_env import TenantKey, limit_refusals
+from gateway_env import GatewayProcess, TenantKey, limit_refusals
 from harness import EtcdServer
 from raw_kafka import RawConnection, request_class
 from shoal.tenancy.model import Quotas
@@ -35,6 +36,10 @@ PERCENTAGE = 5.0
 """5% of a thread: 50 ms of gateway time a second."""
 CLIENTS = 4
 FLOOD_S = 6.0
+SPREAD_FLOOD_S = 12.0
+"""Long enough that twice the percentage (a split that failed) is well above the bound."""
+TENANCY_POLL_S = 1.0
+"""Longer than the gateway's tenancy poll (300 ms in tests): a new tenant is seen by then."""
 
 
 @pytest.fixture(scope="module")
@@ -84,6 +89,49 @@ def timed_metadata(connection: RawConnection, count: int) -> list[tuple[float, f
     return answers
 
 
+class MetadataFlood:
+    """librdkafka clients looping on Metadata, one thread each: client ``i`` signs in with
+    ``keys[i % len(keys)]`` (one tenant's key on one gateway replica or several)."""
+
+    def __init__(self, keys: list[TenantKey], clients: int) -> None:
+        self.throttles: list[float] = []
+        self.requests = [0] * clients
+        self.failures: list[BaseException] = []
+        self._stop = threading.Event()
+        self._clients = [
+            Producer(
+                keys[i % len(keys)].librdkafka(
+                    throttle_cb=lambda event: self.throttles.append(event.throttle_time)
+                )
+            )
+            for i in range(clients)
+        ]
+        for client in self._clients:
+            client.list_topics(timeout=30)  # signed in before the clock starts
+        self._threads = [threading.Thread(target=self._flood, args=(n,)) for n in range(clients)]
+
+    def _flood(self, number: int) -> None:
+        client = self._clients[number]
+        try:
+            while not self._stop.is_set():
+                client.list_topics(timeout=30)  # one Metadata request each
+                self.requests[number] += 1
+                client.poll(0)  # serves the throttle callback
+        except Exception as exc:  # reported by the test
+            self.failures.append(exc)
+
+    def start(self) -> None:
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(60)
+        for client in self._clients:
+            client.poll(0.5)
+
+
 # The neighbour's latency and the time charged are measured against the machine: by
 # themselves, after the rest (on two busy cores a Metadata answer alone takes 30 ms).
 @pytest.mark.alone
@@ -92,52 +140,26 @@ def test_a_metadata_flood_is_throttled_near_its_limit_and_the_neighbour_stays_fa
 ) -> None:
     noisy = cluster.tenant(unique("noisy"), quotas=Quotas(request_percentage=PERCENTAGE))
     calm = cluster.tenant(unique("calm"))
-    throttles: list[float] = []
-    requests = [0] * CLIENTS
-    failures: list[BaseException] = []
-    stop = threading.Event()
-
-    clients = [
-        Producer(noisy.librdkafka(throttle_cb=lambda event: throttles.append(event.throttle_time)))
-        for _ in range(CLIENTS)
-    ]
-    for client in clients:
-        client.list_topics(timeout=30)  # signed in before the clock starts
-
-    def flood(number: int) -> None:
-        client = clients[number]
-        try:
-            while not stop.is_set():
-                client.list_topics(timeout=30)  # one Metadata request each
-                requests[number] += 1
-                client.poll(0)  # serves the throttle callback
-        except Exception as exc:  # reported below
-            failures.append(exc)
+    flood = MetadataFlood([noisy], CLIENTS)
 
     with calm.raw() as neighbour:
         alone = timed_metadata(neighbour, 20)
         charged_before = request_time(noisy)
-        threads = [threading.Thread(target=flood, args=(n,)) for n in range(CLIENTS)]
         started = time.monotonic()
-        for thread in threads:
-            thread.start()
+        flood.start()
         time.sleep(1.0)  # the flood has run into its limit
         beside = timed_metadata(neighbour, 40)
         time.sleep(max(0.0, FLOOD_S - (time.monotonic() - started)))
-        stop.set()
-        for thread in threads:
-            thread.join(60)
+        flood.stop()
         elapsed = time.monotonic() - started
         charged = request_time(noisy) - charged_before
-    for client in clients:
-        client.poll(0.5)
 
-    assert failures == []
+    assert flood.failures == []
     # Its clients were told to back off, with Kafka's throttle_time_ms, and kept no more
     # than its share: 5% of elapsed, plus one window of burst and one of debt (0.05 s
     # each), plus the requests in flight when it went over.
-    assert throttles and max(throttles) > 0, "librdkafka saw throttle_time_ms"
-    assert charged <= PERCENTAGE / 100 * elapsed + 0.15, (charged, elapsed, sum(requests))
+    assert flood.throttles and max(flood.throttles) > 0, "librdkafka saw throttle_time_ms"
+    assert charged <= PERCENTAGE / 100 * elapsed + 0.15, (charged, elapsed, sum(flood.requests))
     assert charged >= 0.3 * PERCENTAGE / 100 * elapsed, "the flood did reach its limit"
     assert tenant_counter(noisy, "shoal_gateway_tenant_request_throttle_seconds_total") > 0
     assert limit_refusals(noisy, "request_rate") > 0
@@ -147,6 +169,45 @@ def test_a_metadata_flood_is_throttled_near_its_limit_and_the_neighbour_stays_fa
     beside_p50 = statistics.median(took for took, _ in beside)
     assert beside_p50 < max(5 * alone_p50, 0.02), (alone_p50, beside_p50)
     assert limit_refusals(calm, "request_rate") == 0
+
+
+@pytest.mark.alone
+def test_a_flood_over_two_gateway_replicas_is_charged_one_budget(
+    cluster: GatewayCluster,
+) -> None:
+    """The replicas split the percentage between them (gateway/quota_shares.py): over
+    both, the flood is charged what one replica alone would allow, not twice that."""
+    first = cluster.gateway
+    second = GatewayProcess(
+        first.etcd_url, first.upstream, cluster.root / "second-gateway", brokers=1
+    ).start()
+    try:
+        spread = cluster.tenant(unique("spread"), quotas=Quotas(request_percentage=PERCENTAGE))
+        keys = [spread, dataclasses.replace(spread, gateway=second)]
+        time.sleep(TENANCY_POLL_S)
+        flood = MetadataFlood(keys, CLIENTS)
+        charged_before = sum(request_time(key) for key in keys)
+        started = time.monotonic()
+        flood.start()
+        time.sleep(SPREAD_FLOOD_S)
+        flood.stop()
+        elapsed = time.monotonic() - started
+        charged = sum(request_time(key) for key in keys) - charged_before
+        throttled_on_both = [limit_refusals(key, "request_rate") > 0 for key in keys]
+    finally:
+        second.stop()
+
+    allowed = PERCENTAGE / 100 * elapsed
+    print(
+        f"\ncharged {charged:.3f} s over two replicas in {elapsed:.1f} s ({allowed:.2f} s allowed)"
+    )
+    assert flood.failures == []
+    # 5% of elapsed, plus a window of burst and one of debt per replica (0.05 s each),
+    # one round's change in the split, and the requests in flight: 0.3 s of margin. Each
+    # replica granting the whole percentage would be charged about twice 5% of elapsed.
+    assert charged <= PERCENTAGE / 100 * elapsed + 0.3, (charged, elapsed, sum(flood.requests))
+    assert charged >= 0.5 * PERCENTAGE / 100 * elapsed, "the flood did reach its limit"
+    assert throttled_on_both == [True, True]
 
 
 def test_a_muted_connection_is_not_read_until_its_throttle_has_passed(
