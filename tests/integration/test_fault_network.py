@@ -5,9 +5,11 @@ each get a namespace on one bridge (netns.py). A seeded schedule, mixed with
 kills and freezes, takes links away: a partition leader cut from etcd and
 its followers but not from the gateway (the case where a zombie leader could
 acknowledge what the new one never has), a leader or the controller
-isolated from everyone, etcd isolated; and the gateway restarts. The history checker then finds no
-lost, duplicated or reordered write, no phantom read, no split brain and no
-committed offset going backwards.
+isolated from everyone, etcd isolated; etcd stops and starts again; a leader's
+log directory (a tmpfs of its own) fills up until space comes back; and the
+gateway restarts. The history checker then finds no lost, duplicated or
+reordered write, no phantom read, no split brain and no committed offset going
+backwards.
 
 The seed is printed; ``SHOAL_FAULT_SEED=<seed>`` replays a schedule and
 ``SHOAL_FAULT_SECONDS`` lengthens it (``make soak``: half an hour). Each run
@@ -19,8 +21,9 @@ same schedule, same seed, against Apache Kafka (a KRaft controller and three
 brokers, each in a namespace of its own), its summary printed beside Shoal's.
 Kafka's clients connect to its brokers directly (it has no gateway); its
 controller is the KRaft node, so ``controller`` and ``etcd`` both isolate it
-(the coordination store out of reach), and ``gateway`` applies nothing there
-(the schedule keeps its time so the two runs stay in step).
+(the coordination store out of reach) and ``etcd_restart`` restarts it, and
+``gateway`` applies nothing there (the schedule keeps its time so the two runs
+stay in step).
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from gateway_env import GatewayProcess
 from harness import BrokerProcess, etcd_healthy, start_all, wait_until
 from netns import Network, Node, call_in, namespaces_available
 from shoal.benchmarks.apache_kafka import ApacheKafka, KafkaNode, default_kafka_home
+from small_disk import SmallDisk
 
 from shoal.etcd_process import etcd_binary
 from shoal.history.checker import check
@@ -54,7 +58,12 @@ from shoal.history.workload import Run, Workload
 PARTITIONS = 3
 SECONDS = float(os.environ.get("SHOAL_FAULT_SECONDS", "0"))
 """0: each kind of fault once (about 90 s)."""
-KINDS = ("cut", "isolate", "controller", "etcd", "kill", "pause", "gateway")
+KINDS = (
+    "cut", "isolate", "controller", "etcd", "etcd_restart", "kill", "pause", "disk", "gateway",
+)  # fmt: skip
+DISK_SIZE = "1g"
+"""Each broker's log directory is a filesystem this big (tmpfs: only what is written
+takes memory); the ``disk`` fault fills it."""
 BROKER_PORT = 9092
 ETCD_PORT = 2379
 
@@ -106,6 +115,7 @@ class NamespacedBroker(BrokerProcess):
     ) -> None:
         super().__init__(etcd_url, data_dir, node_id, port=BROKER_PORT, env=env)
         self.node = node
+        self.disk = SmallDisk(data_dir, DISK_SIZE)
 
     @property
     def bootstrap(self) -> str:
@@ -153,6 +163,8 @@ class NetworkCluster:
 
     def start(self) -> None:
         self.etcd.start()
+        for broker in self.brokers:
+            broker.disk.mount()
         start_all(self.brokers)
         self.gateway.start()
 
@@ -162,6 +174,7 @@ class NetworkCluster:
         for broker in self.brokers:
             if broker.running:
                 broker.kill()
+            broker.disk.unmount()
         self.etcd.stop()
 
     def shoal(self, *args: str) -> str:
@@ -236,6 +249,27 @@ class NetworkFaultInjector(FaultInjector):
     def fault_etcd(self, fault: Fault) -> str:
         self._for(fault, lambda: self.net.network.isolate(self.net.etcd.node))
         return "etcd isolated"
+
+    def fault_etcd_restart(self, fault: Fault) -> str:
+        self.net.etcd.stop()
+        time.sleep(fault.lasts_s)
+        self.net.etcd.start()
+        return "etcd stopped and started"
+
+    def fault_disk(self, fault: Fault) -> str:
+        """The leader's log directory fills up; when space is back, a broker that took
+        the directory offline and exited (as it should) is started again."""
+        broker = self.leader_broker(fault.partition)
+        taken = broker.disk.fill()
+        try:
+            time.sleep(fault.lasts_s)
+        finally:
+            broker.disk.free()
+        exited = not broker.running
+        if exited:
+            broker.start()
+        outcome = "exited, started again" if exited else "kept running"
+        return f"broker {broker.node_id}'s disk full ({taken >> 20} MB taken; {outcome})"
 
 
 @pytest.fixture
@@ -346,6 +380,7 @@ class NamespacedKafkaBroker:
         self.kafka_node = node
         self.node = namespace
         self.node_id = node.node_id
+        self.disk = SmallDisk(node.directory / "data", DISK_SIZE)
 
     @property
     def bootstrap(self) -> str:
@@ -415,12 +450,23 @@ class KafkaNetworkCluster:
 
 
 class KafkaFaultInjector(NetworkFaultInjector):
+    net: KafkaNetworkCluster
+
     def fault_controller(self, fault: Fault) -> str:
         self._for(fault, lambda: self.net.network.isolate(self.net.etcd.node))
         return "KRaft controller isolated"
 
     def fault_etcd(self, fault: Fault) -> str:
         return self.fault_controller(fault)
+
+    def fault_etcd_restart(self, fault: Fault) -> str:
+        kafka = self.net.kafka
+        kafka.controller.signal(signal.SIGKILL)
+        kafka.controller.wait(10)
+        time.sleep(fault.lasts_s)
+        kafka.start_node(kafka.controller)
+        wait_until(kafka.controller.started, 120, "the KRaft controller to start")
+        return "KRaft controller stopped and started"
 
     def fault_gateway(self, fault: Fault) -> str:
         time.sleep(fault.lasts_s)
@@ -433,11 +479,15 @@ def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaNet
     if unavailable is not None:
         pytest.skip(unavailable)
     network = Network()
+    kafka = NamespacedKafka(network, tmp_path_factory.mktemp("fault-network-kafka"))
     try:
-        kafka = NamespacedKafka(network, tmp_path_factory.mktemp("fault-network-kafka"))
+        for broker in kafka.handles:
+            broker.disk.mount()
         with kafka:
             yield KafkaNetworkCluster(kafka)
     finally:
+        for broker in kafka.handles:
+            broker.disk.unmount()
         network.close()
 
 
