@@ -12,13 +12,15 @@ Each of R (5) runs measures the victim over five phases of S (10) seconds:
 
 1. alone;
 2. beside the aggressor, flooding produce (10 kB records) and fetch from C (32)
-   connections in four processes of their own;
+   connections in four processes of their own (started, and their imports
+   done, before the victim starts; the phase sets them going);
 3. after the aggressor stopped;
 4. beside *unthrottled*, the same flood without a quota: what the quota buys;
 5. after it stopped.
 
 For each phase the victim's produce latency (``produce()`` to its delivery
-report) and end-to-end latency (``produce()`` to the consumer's ``poll()``)
+report) and end-to-end latency (``produce()`` to the consumer's ``poll()``,
+one record at a time)
 are reported as p50 and p99, leaving out each phase's first second; the
 medians over the runs are printed with the spread of the victim's p99 alone
 (min to max over the runs), the p99 beside the aggressor and after it as
@@ -62,6 +64,11 @@ FLOOD_PROCESSES = 4
 PHASES = ("alone", "beside", "after", "beside-unthrottled", "after-unthrottled")
 SETTLE_S = 1.0
 """Left out at the start of each phase: clients connecting, a flood ramping up or draining."""
+BETWEEN_RUNS_S = 10.0
+"""A run ends beside the unthrottled flood's backlog, still draining for seconds: the next
+run's victim alone must not be measured beside it (one run's p99 alone was 90 ms, not 13)."""
+QUEUE_FULL_WAIT_S = 0.01
+"""How long a flooding producer whose queue is full waits for a delivery before trying again."""
 
 
 def _client(bootstrap: str, key: tuple[str, str], **extra: Any) -> dict[str, Any]:
@@ -110,15 +117,27 @@ def victim_consumer(bootstrap: str, key: tuple[str, str], out: Path, stop: Any) 
     consumer.subscribe(["victim"])
     with open(out, "w") as samples:
         while not stop.is_set():
-            for message in consumer.consume(100, timeout=0.1):
-                if message.error() is None:
-                    sent = struct.unpack(">d", message.value()[:8])[0]
-                    samples.write(f"{sent:.6f} {(time.time() - sent) * 1000:.3f}\n")
+            # poll, not consume(n): librdkafka's batch call waits for n records or its
+            # whole timeout, which at this rate would add up to the timeout to each.
+            message = consumer.poll(0.1)
+            if message is not None and message.error() is None:
+                sent = struct.unpack(">d", message.value()[:8])[0]
+                samples.write(f"{sent:.6f} {(time.time() - sent) * 1000:.3f}\n")
     consumer.close()
 
 
-def aggressor(bootstrap: str, key: tuple[str, str], producers: int, stop: Any) -> None:
-    """``producers`` producers flooding one topic and one consumer reading it over and over."""
+def aggressor(
+    bootstrap: str, key: tuple[str, str], producers: int, ready: Any, go: Any, stop: Any
+) -> None:
+    """``producers`` producers flooding one topic and one consumer reading it over and over,
+    from when ``go`` is set until ``stop`` is.
+
+    The process is started before its phase and waits for ``go`` with its imports
+    done: four Pythons starting at once take both cores for a second or two, which
+    the victim would otherwise count against the cluster.
+    """
+    ready.put(os.getpid())
+    go.wait()
     clients = [
         Producer(_client(bootstrap, key, **{"queue.buffering.max.kbytes": 4096}))
         for _ in range(producers)
@@ -136,7 +155,11 @@ def aggressor(bootstrap: str, key: tuple[str, str], producers: int, stop: Any) -
                 for _ in range(20):
                     producer.produce("flood", value)
             except BufferError:
-                pass
+                # Its queue is full (its quota holds it back): wait for a delivery to
+                # make room, as a flooding application does, rather than spin on the
+                # cores the cluster under test shares (which made the victim's wait
+                # the machine's load, not the cluster's fairness).
+                producer.poll(QUEUE_FULL_WAIT_S)
             producer.poll(0)
         consumer.consume(100, timeout=0.01)
     for producer in clients:
@@ -176,33 +199,39 @@ def one_run(
             args=(bootstrap, keys["victim"], args.rate, acks_path, stop_victim),
         ),
     ]
+    per_process = max(1, args.connections // FLOOD_PROCESSES)
+    ready = context.Queue()
+    floods: dict[str, tuple[Any, Any, list[Any]]] = {}
+    for phase, tenant in (("beside", "aggressor"), ("beside-unthrottled", "unthrottled")):
+        go, stop = context.Event(), context.Event()
+        processes = [
+            context.Process(
+                target=aggressor, args=(bootstrap, keys[tenant], per_process, ready, go, stop)
+            )
+            for _ in range(FLOOD_PROCESSES)
+        ]
+        for process in processes:
+            process.start()
+        floods[phase] = (go, stop, processes)
+    for _ in range(2 * FLOOD_PROCESSES):
+        ready.get(timeout=120)
     for process in victims:
         process.start()
     time.sleep(3)  # connected, the consumer's group joined
     bounds: list[tuple[str, float, float, float]] = []
     for name in PHASES:
-        flooding = None
-        if name.startswith("beside"):
-            tenant = "aggressor" if name == "beside" else "unthrottled"
-            flooding = context.Event()
-            per_process = max(1, args.connections // FLOOD_PROCESSES)
-            floods = [
-                context.Process(
-                    target=aggressor, args=(bootstrap, keys[tenant], per_process, flooding)
-                )
-                for _ in range(FLOOD_PROCESSES)
-            ]
-            for flood in floods:
-                flood.start()
+        flood = floods.get(name)
+        if flood is not None:
+            flood[0].set()
         start = time.time()
         time.sleep(args.phase_seconds)
         bounds.append((name, start + SETTLE_S, time.time(), os.getloadavg()[0]))
-        if flooding is not None:
-            flooding.set()
-            for flood in floods:
-                flood.join(30)
-                if flood.is_alive():
-                    flood.kill()
+        if flood is not None:
+            flood[1].set()
+            for process in flood[2]:
+                process.join(30)
+                if process.is_alive():
+                    process.kill()
     stop_victim.set()
     for process in victims:
         process.join(30)
@@ -271,6 +300,8 @@ def main() -> None:
             with GatewayProcess(root, cluster.etcd_url, cluster.bootstrap, args.brokers) as gw:
                 time.sleep(2)  # the gateway's tenancy poll sees the quotas
                 for run in range(args.runs):
+                    if run:
+                        time.sleep(BETWEEN_RUNS_S)
                     runs.append(one_run(gw.bootstrap, keys, args, root))
                     print(f"run {run}: {[vars(p) for p in runs[-1]]}", flush=True)
     except BaseException:
