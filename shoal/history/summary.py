@@ -2,7 +2,7 @@
 
 The checker says whether anything went wrong; this says how a system behaved
 while nothing did: records acknowledged, anomalies (each should be 0),
-failovers the producers saw, and the gap a producer saw per kind of fault
+partition leaders moved, and the gap a producer saw per kind of fault
 (median and max over that kind's faults). One summary per system, rendered
 side by side so the soak against Shoal and the same schedule against Apache
 Kafka read as one table. Pure logic: events and fault spans in, text out.
@@ -23,11 +23,13 @@ NOT_APPLIED = "n/a"
 
 @dataclass(frozen=True)
 class FaultSpan:
-    """One fault as it was applied: its kind, and when it began and was healed."""
+    """One fault as it was applied: its kind, when it began, and when the calm spell
+    after it ended. The calm spell counts: some faults cost most after they are
+    healed (a broker's etcd lease found expired when etcd is back)."""
 
     kind: str
     began_s: float
-    healed_s: float
+    ends_s: float
 
 
 @dataclass
@@ -38,7 +40,9 @@ class SoakSummary:
     failed: int
     anomalies: dict[str, int]
     failovers: int
-    """Partition leaders that moved during the run, as the fault injector saw them."""
+    """Partition leaders that moved during the run, as the fault injector saw them in
+    the metadata before each fault, when it was healed and after its calm spell
+    (approximate: a leader that moved and came back between two looks is missed)."""
     gaps: dict[str, list[float]] = field(default_factory=dict)
     """Per kind of fault, the longest gap a producer saw in each fault of that kind."""
 
@@ -67,7 +71,7 @@ def summarize(
     seconds = max(times) - min(times) if times else 0.0
     gaps: dict[str, list[float]] = defaultdict(list)
     for fault in faults:
-        gaps[fault.kind].append(longest_ack_gap(acks, fault.began_s - LEAD_S, fault.healed_s))
+        gaps[fault.kind].append(longest_ack_gap(acks, fault.began_s - LEAD_S, fault.ends_s))
     return SoakSummary(
         system=system,
         seconds=round(seconds, 1),

@@ -9,7 +9,7 @@ which the cluster may recover.
 Kinds here: ``kill`` (SIGKILL a partition leader, start it again when the
 fault ends), ``pause`` (SIGSTOP a partition leader, SIGCONT it), and
 ``gateway`` (restart the gateway); test_fault_network.py adds links cut in
-network namespaces.
+network namespaces, etcd isolated and restarted, and a full log directory.
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ class FaultInjector:
         self.applied: list[Applied] = []
         self.failovers = 0
         """Partition leaders that moved, counted from the leaders seen before each fault,
-        when it was healed and after its calm spell."""
+        when it was healed, and after the last one's calm spell."""
         self._last_leaders: dict[int, int] = {}
 
     def leader_of(self, partition: int) -> int:
@@ -125,7 +125,6 @@ class FaultInjector:
         self.applied.append(Applied(fault, victim, began, healed))
         self._count_failovers()
         time.sleep(fault.calm_s)
-        self._count_failovers()
 
     def fault_gateway(self, fault: Fault) -> str:
         self.cluster.gateway.stop()
@@ -150,3 +149,4 @@ class FaultInjector:
     def run(self, faults: Sequence[Fault]) -> None:
         for fault in faults:
             self.apply(fault)
+        self._count_failovers()

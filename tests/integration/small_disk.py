@@ -9,8 +9,11 @@ a full disk, and :meth:`SmallDisk.free` deletes it again.
 from __future__ import annotations
 
 import contextlib
+import logging
 import subprocess
 from pathlib import Path
+
+log = logging.getLogger(__name__)
 
 BALLAST = ".ballast"
 
@@ -23,11 +26,14 @@ class SmallDisk:
 
     def mount(self) -> SmallDisk:
         self.where.mkdir(parents=True, exist_ok=True)
-        subprocess.run(
+        done = subprocess.run(
             ["mount", "-t", "tmpfs", "-o", f"size={self.size}", "tmpfs", str(self.where)],
-            check=True,
             capture_output=True,
+            text=True,
+            check=False,
         )
+        if done.returncode != 0:
+            raise OSError(f"mounting a tmpfs on {self.where} failed: {done.stderr.strip()}")
         self.mounted = True
         return self
 
@@ -48,5 +54,9 @@ class SmallDisk:
 
     def unmount(self) -> None:
         if self.mounted:
-            subprocess.run(["umount", "--lazy", str(self.where)], check=False, capture_output=True)
+            done = subprocess.run(
+                ["umount", "--lazy", str(self.where)], capture_output=True, text=True, check=False
+            )
+            if done.returncode != 0:
+                log.warning("unmounting %s failed: %s", self.where, done.stderr.strip())
             self.mounted = False
