@@ -205,8 +205,12 @@ def one_run(
     for phase, tenant in (("beside", "aggressor"), ("beside-unthrottled", "unthrottled")):
         go, stop = context.Event(), context.Event()
         processes = [
+            # Daemons: if the run fails before setting them going, they must not keep
+            # the benchmark from exiting.
             context.Process(
-                target=aggressor, args=(bootstrap, keys[tenant], per_process, ready, go, stop)
+                target=aggressor,
+                args=(bootstrap, keys[tenant], per_process, ready, go, stop),
+                daemon=True,
             )
             for _ in range(FLOOD_PROCESSES)
         ]

@@ -108,7 +108,10 @@ class MetadataFlood:
         ]
         for client in self._clients:
             client.list_topics(timeout=30)  # signed in before the clock starts
-        self._threads = [threading.Thread(target=self._flood, args=(n,)) for n in range(clients)]
+        # Daemons: a test that fails mid-flood must not leave pytest waiting on them.
+        self._threads = [
+            threading.Thread(target=self._flood, args=(n,), daemon=True) for n in range(clients)
+        ]
 
     def _flood(self, number: int) -> None:
         client = self._clients[number]
