@@ -102,7 +102,7 @@ def _produce(
             client=name,
             value=value,
             partition=message.partition(),
-            offset=message.offset(),
+            offset=-1 if message.offset() is None else message.offset(),
             epoch=-1 if epoch is None else epoch,
         )
 

@@ -156,3 +156,12 @@ def test_the_gap_a_fault_cost_counts_only_gaps_that_began_during_it() -> None:
     ]
     assert longest_ack_gap(acks, 4.0, 9.1) == 3.5  # 5.5 to 9.0; 9.2 to 20.0 began after
     assert longest_ack_gap(acks, 9.1, 30.0) == 10.8
+
+
+def test_an_ack_without_an_offset_counts_only_where_the_value_is_in_the_log() -> None:
+    # librdkafka reports a retried send the broker already had as delivered, offset unknown.
+    unknown = Event(Kind.ACK, 0, "p", "p-4", 0, offset=-1)
+    found = check([*clean_run(), sent("p", 4), unknown, in_log("p-4", 0, 4)])
+    assert found.ok, found.summary()
+    missing = Event(Kind.ACK, 0, "p", "p-5", 0, offset=-1)
+    assert check([*clean_run(), sent("p", 5), missing]).counts["lost"] == 1
