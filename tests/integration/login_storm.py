@@ -7,6 +7,7 @@ and this one needs neither pytest's conftest nor the test's fixtures.
 from __future__ import annotations
 
 import multiprocessing
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -28,7 +29,12 @@ def open_connections(
 ) -> None:
     """In a process of its own: once ``go`` is set, :data:`STORM` logins from 32 threads
     at once; puts how long they took and each answer's error code and message, then
-    holds the accepted connections open until ``release`` is set."""
+    holds the accepted connections open until ``release`` is set.
+
+    At the lowest CPU priority: a crowd's clients run on machines of their own,
+    and on this one their threads would otherwise take the cores from the gateway
+    and the neighbour, which is the machine's limit, not the gateway's."""
+    os.nice(19)
     go.wait(120)
 
     def one(_: int) -> tuple[RawConnection, int, str | None]:

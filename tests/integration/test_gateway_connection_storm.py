@@ -2,7 +2,8 @@
 neighbours do not notice.
 
 The crowded tenant's ``maxConnections`` is 100: a thousand logins arrive from 32
-threads at once; a hundred are let in, the other 900 are refused with
+threads at once (in a process of their own at the lowest CPU priority, as
+clients on machines of their own would be); a hundred are let in, the other 900 are refused with
 SASL_AUTHENTICATION_FAILED and a message naming the limit, each counted in
 ``shoal_gateway_limit_refusals_total``. Meanwhile a neighbour tenant produces
 200 records a second (``acks=all``, ``linger.ms=0``, confluent-kafka) through
