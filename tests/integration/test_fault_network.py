@@ -290,14 +290,21 @@ class NetworkFaultInjector(FaultInjector):
         return f"broker {broker.node_id}'s disk full ({taken >> 20} MB taken; {outcome})"
 
 
-@pytest.fixture
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NetworkCluster]:
+def network_for(cleanup: contextlib.ExitStack) -> Network:
+    """A bridge for a cluster's namespaces, removed with ``cleanup``; the test is
+    skipped, saying why, where this process may not make namespaces (not root)."""
     unavailable = namespaces_available()
     if unavailable is not None:
         pytest.skip(unavailable)
+    network = Network()
+    cleanup.callback(network.close)
+    return network
+
+
+@pytest.fixture
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NetworkCluster]:
     with contextlib.ExitStack() as cleanup:  # run last to first
-        network = Network()
-        cleanup.callback(network.close)
+        network = network_for(cleanup)
         started = NetworkCluster(network, tmp_path_factory.mktemp("fault-network"))
         cleanup.callback(started.stop)
         started.start()
@@ -504,12 +511,8 @@ class KafkaFaultInjector(NetworkFaultInjector):
 
 @pytest.fixture
 def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaNetworkCluster]:
-    unavailable = namespaces_available()
-    if unavailable is not None:
-        pytest.skip(unavailable)
     with contextlib.ExitStack() as cleanup:  # run last to first
-        network = Network()
-        cleanup.callback(network.close)
+        network = network_for(cleanup)
         kafka = NamespacedKafka(network, tmp_path_factory.mktemp("fault-network-kafka"))
         for broker in kafka.handles:
             broker.disk.mount()
