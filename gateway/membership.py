@@ -21,6 +21,7 @@ import aetcd.exceptions
 from shoal.gateway.quota_shares import QuotaShares, TrafficLedger
 
 from shoal.etcd_address import EtcdAddress
+from shoal.etcd_client import EtcdClient
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +41,7 @@ class GatewayMembership:
         address = EtcdAddress.parse(etcd_url)
         self._prefix = address.root.encode() + b"/gateways/"
         self._key = self._prefix + gateway_id.encode()
-        self._client = aetcd.Client(host=address.host, port=address.port, timeout=5.0)
+        self._client = EtcdClient(address, 5.0)
         self._ttl_s = ttl_s
         self._lease: aetcd.Lease | None = None
         self._traffic = traffic

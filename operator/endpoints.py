@@ -114,7 +114,10 @@ def in_cluster_endpoints(namespace: str, cluster: str, brokers: int) -> ClusterE
     brokers_service = f"{broker_name(cluster)}.{domain}"
     gateway_host = f"{gateway_name(cluster)}.{domain}"
     return ClusterEndpoints(
-        etcd_url=f"http://{etcd_client_name(cluster)}.{domain}:{ETCD_CLIENT_PORT}{ETCD_ROOT}",
+        # The headless Service: its name resolves to every member, which the components'
+        # etcd client spreads its requests over and fails over between (shoal.etcd_client);
+        # behind the ClusterIP one a connection sticks to one member, even one cut off.
+        etcd_url=f"http://{etcd_name(cluster)}.{domain}:{ETCD_CLIENT_PORT}{ETCD_ROOT}",
         brokers_bootstrap=",".join(
             f"{broker_pod(cluster, n)}.{brokers_service}:{BROKER_PORT}" for n in range(brokers)
         ),

@@ -42,6 +42,7 @@ from shoal.tenancy.model import (
 )
 
 from shoal.etcd_address import EtcdAddress
+from shoal.etcd_client import EtcdClient
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,9 +81,7 @@ class TenancyStore:
     def __init__(self, url: str, timeout_s: float = 5.0) -> None:
         self.address = EtcdAddress.parse(url)
         self._root = self.address.root.encode() + b"/tenancy"
-        self._client = aetcd.Client(
-            host=self.address.host, port=self.address.port, timeout=timeout_s
-        )
+        self._client = EtcdClient(self.address, timeout_s)
 
     async def __aenter__(self) -> TenancyStore:
         try:
@@ -95,7 +94,7 @@ class TenancyStore:
         await self._client.close()
 
     def _unreachable(self, exc: Exception) -> str:
-        return f"etcd at {self.address.host}:{self.address.port} is unreachable: {exc}"
+        return f"etcd at {self.address} is unreachable: {exc}"
 
     def _key(self, *parts: str) -> bytes:
         return b"/".join([self._root, *(p.encode() for p in parts)])

@@ -64,6 +64,7 @@ from shoal.broker.cluster.store import (
 )
 
 from shoal.etcd_address import EtcdAddress
+from shoal.etcd_client import EtcdClient
 
 log = logging.getLogger(__name__)
 
@@ -84,9 +85,7 @@ class EtcdMetadataStore:
         self.address = EtcdAddress.parse(url)
         self._timeout_s = timeout_s
         self._root = self.address.root.encode()
-        self._client = aetcd.Client(
-            host=self.address.host, port=self.address.port, timeout=timeout_s
-        )
+        self._client = EtcdClient(self.address, timeout_s)
         self._registration: BrokerRegistration | None = None
         self._heartbeat: LeaseHeartbeat | None = None
         self._closed = asyncio.Event()
@@ -111,9 +110,7 @@ class EtcdMetadataStore:
             await self._client.connect()
             await self._client.status()
         except aetcd.exceptions.ClientError as exc:
-            raise StoreUnavailableError(
-                f"etcd at {self.address.host}:{self.address.port} is unreachable: {exc}"
-            ) from exc
+            raise StoreUnavailableError(f"etcd at {self.address} is unreachable: {exc}") from exc
 
     async def close(self) -> None:
         self._closed.set()
@@ -183,8 +180,7 @@ class EtcdMetadataStore:
         self._registration = registration
         if self._heartbeat is None:
             self._heartbeat = LeaseHeartbeat(
-                self.address.host,
-                self.address.port,
+                self.address,
                 self._timeout_s,
                 self.session,
                 key,

@@ -39,6 +39,9 @@ import aetcd
 import aetcd.exceptions
 from shoal.broker.cluster.session import BrokerSession
 
+from shoal.etcd_address import EtcdAddress
+from shoal.etcd_client import EtcdClient
+
 log = logging.getLogger(__name__)
 
 NEVER: Final = 2**63 - 1
@@ -65,8 +68,7 @@ class LeaseHeartbeat:
 
     def __init__(
         self,
-        host: str,
-        port: int,
+        address: EtcdAddress,
         timeout_s: float,
         session: BrokerSession,
         key: bytes,
@@ -75,8 +77,7 @@ class LeaseHeartbeat:
         interval_s: float,
         stall_timeout_s: float,
     ) -> None:
-        self._host = host
-        self._port = port
+        self._address = address
         self._timeout_s = timeout_s
         self._session = session
         self._key = key
@@ -154,7 +155,7 @@ class LeaseHeartbeat:
                 self._session.renewal_failed(now)
 
     async def _run(self) -> None:
-        client = aetcd.Client(host=self._host, port=self._port, timeout=self._timeout_s)
+        client = EtcdClient(self._address, self._timeout_s)
         withheld = False
         watching = asyncio.create_task(self._watch_pending())
         try:

@@ -37,6 +37,7 @@ from joserfc.jwk import KeySet
 from shoal.gateway.oauth.keys import KeyRing, new_signing_key
 
 from shoal.etcd_address import EtcdAddress
+from shoal.etcd_client import EtcdClient
 
 log = logging.getLogger(__name__)
 
@@ -52,9 +53,7 @@ class SigningKeyStore:
     def __init__(self, url: str, timeout_s: float = 5.0) -> None:
         self.address = EtcdAddress.parse(url)
         self._key = self.address.root.encode() + b"/oauth/signing-keys"
-        self._client = aetcd.Client(
-            host=self.address.host, port=self.address.port, timeout=timeout_s
-        )
+        self._client = EtcdClient(self.address, timeout_s)
 
     async def __aenter__(self) -> SigningKeyStore:
         await self._call(self._client.connect())
@@ -67,9 +66,7 @@ class SigningKeyStore:
         try:
             return await coro
         except aetcd.exceptions.ClientError as exc:
-            raise KeyStoreError(
-                f"etcd at {self.address.host}:{self.address.port} is unreachable: {exc}"
-            ) from exc
+            raise KeyStoreError(f"etcd at {self.address} is unreachable: {exc}") from exc
 
     async def read(self) -> tuple[KeyRing, int] | None:
         """The ring and its mod revision, or None if none was made yet."""

@@ -3,8 +3,9 @@
 Member ``n`` is the pod ``<c>-etcd-n``, reachable at
 ``<c>-etcd-n.<c>-etcd.<ns>.svc`` through the headless Service, which
 publishes pods before they are ready so the members can find each other
-while the cluster forms. Brokers, gateways and the operator use the
-``<c>-etcd-client`` Service. ``--initial-cluster`` lists every member, so the
+while the cluster forms. Brokers, gateways and the operator use that headless
+Service too (its name resolves to every member, and their etcd client fails
+over between them); the ``<c>-etcd-client`` Service is for other tools. ``--initial-cluster`` lists every member, so the
 member count is fixed at bootstrap: changing ``spec.etcd.replicas`` later
 needs etcd's own member add/remove, which the operator does not do.
 """

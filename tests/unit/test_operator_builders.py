@@ -25,6 +25,8 @@ from shoal.operator.builders import (
 )
 from shoal.operator.cluster_spec import ClusterSpec
 
+from shoal.etcd_address import EtcdAddress
+
 KUBERNETES_VERSION = "1.31"
 NAME, NAMESPACE, UID = "demo", "prod", "0b6e1c1e-5b9a-4a43-9d0f-1f3c2b1a0a01"
 IMAGE = "ghcr.io/shoal/shoal:0.1.0"
@@ -180,6 +182,10 @@ def test_etcd_bootstraps_statically_from_its_pods_dns_names() -> None:
     client = one(docs, "Service", endpoints.etcd_client_name(NAME))
     assert client["spec"]["type"] == "ClusterIP"
     assert [p["port"] for p in client["spec"]["ports"]] == [2379]
+    # The components' etcd URL names the headless Service, which resolves to every
+    # member: a ClusterIP would pin each connection to one member, even a cut-off one.
+    etcd_url = endpoints.in_cluster_endpoints(NAMESPACE, NAME, 3).etcd_url
+    assert EtcdAddress.parse(etcd_url).host == f"{endpoints.etcd_name(NAME)}.{NAMESPACE}.svc"
 
 
 def broker_set(docs: list[dict[str, Any]]) -> dict[str, Any]:
