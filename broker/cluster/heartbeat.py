@@ -18,6 +18,17 @@ thread keeps one tick posted to the broker's loop, and while a tick has
 waited there for ``stall_timeout_s`` it withholds renewals and logs
 ``event=broker_heartbeat_withheld``.
 
+A renewal that etcd does not answer does not hold up the next one: each
+round sends its own (up to :data:`MAX_PENDING` at once), and the etcd client
+sends each to the next member (shoal.etcd_client). A member cut off with a
+minority can hold a renewal for seconds before it refuses it; waiting on it
+let leases lapse while the other two members would have renewed them. A
+renewal gets ``interval_s + PENDING_S`` and no more, and one that failed or
+timed out retires its connection: after etcd's link was down, TCP sat on the
+old connection's retransmission backoff for seconds after the link was back,
+so brokers found their leases expired (and re-registered) 3-7 s late, one by
+one, and the first to return led every partition alone meanwhile.
+
 When a renewal finds the lease gone (expired while the process was frozen,
 or revoked by a peer that took the broker for dead), the thread registers
 again under a new lease; the session (:mod:`shoal.broker.cluster.session`)
@@ -50,6 +61,8 @@ LATE_S: Final = 0.5
 STOP_WAIT_S: Final = 1.0
 PENDING_S: Final = 1.0
 """A renewal unanswered this long counts as failed (etcd slow or away) for the session."""
+MAX_PENDING: Final = 3
+"""Renewals in flight at once: one per member of a three-member etcd."""
 FROZEN_S: Final = 1.0
 """This much later than due, a round of this thread means the process was frozen."""
 
@@ -94,8 +107,15 @@ class LeaseHeartbeat:
         """When the tick now waiting on the broker's loop was posted (None: none waits)."""
         self._renewed_at = time.monotonic()
         self._last_rtt_s = 0.0
-        self._pending_since: float | None = None
-        """When the renewal now waiting on etcd was asked (None: none waits)."""
+        self._pending: dict[int, float] = {}
+        """When each renewal now waiting on etcd was asked, by a number of its own."""
+        self._asked = 0
+        self._answered_at = 0.0
+        """When the latest renewal that succeeded was asked: an older one answered after
+        it must not move the session's deadline back."""
+        self._client: aetcd.Client | None = None
+        """The heartbeat thread's etcd connection (replaced after a renewal fails on it)."""
+        self._retire_client = False
         self._resumed_at = 0.0
         """When this thread last woke from a freeze of the whole process."""
 
@@ -150,14 +170,17 @@ class LeaseHeartbeat:
             if now - last > self._interval_s + FROZEN_S:
                 self._resumed_at = now  # the whole process was frozen meanwhile
             last = now
-            pending = self._pending_since
+            pending = min(self._pending.values(), default=None)
             if pending is not None and pending > self._resumed_at and now - pending > PENDING_S:
                 self._session.renewal_failed(now)
 
     async def _run(self) -> None:
-        client = EtcdClient(self._address, self._timeout_s)
+        client = self._client = EtcdClient(self._address, self._timeout_s)
+        retired: set[asyncio.Task[None]] = set()
         withheld = False
         watching = asyncio.create_task(self._watch_pending())
+        registering = asyncio.Lock()
+        renewals: set[asyncio.Task[None]] = set()
         try:
             while not self._stop.is_set():
                 await asyncio.sleep(self._interval_s)
@@ -172,19 +195,35 @@ class LeaseHeartbeat:
                     withheld = True
                     continue
                 withheld = False
-                try:
-                    await self._renew(client)
-                except Exception:
-                    # Logged, and tried again next round; the session lapses meanwhile, so a
-                    # broker that cannot renew stops leading (never renewal_failed here: that
-                    # is for etcd being away, which keeps a leader serving).
-                    log.exception("event=broker_heartbeat_failed")
+                if self._retire_client:
+                    # Closing cancels the renewals still waiting on it.
+                    self._retire_client = False
+                    closing = asyncio.create_task(client.close())
+                    retired.add(closing)
+                    closing.add_done_callback(retired.discard)
+                    client = self._client = EtcdClient(self._address, self._timeout_s)
+                if len(self._pending) < MAX_PENDING:
+                    renewal = asyncio.create_task(self._renew_logged(client, registering))
+                    renewals.add(renewal)
+                    renewal.add_done_callback(renewals.discard)
         finally:
             watching.cancel()
-            await client.close()
+            for renewal in list(renewals):
+                renewal.cancel()
+            await asyncio.gather(client.close(), *retired, return_exceptions=True)
 
-    async def _renew(self, client: aetcd.Client) -> None:
+    async def _renew_logged(self, client: aetcd.Client, registering: asyncio.Lock) -> None:
+        try:
+            await self._renew(client, registering)
+        except Exception:
+            # Logged, and tried again next round; the session lapses meanwhile, so a
+            # broker that cannot renew stops leading (never renewal_failed here: that
+            # is for etcd being away, which keeps a leader serving).
+            log.exception("event=broker_heartbeat_failed")
+
+    async def _renew(self, client: aetcd.Client, registering: asyncio.Lock) -> None:
         asked = time.monotonic()
+        lease_id = self.lease_id
         late = asked - self._renewed_at - self._interval_s
         if late >= LATE_S:
             # How close the broker came to losing its session while alive (a false failover):
@@ -196,27 +235,41 @@ class LeaseHeartbeat:
                 self._ttl_s * 1000,
             )
         self._renewed_at = asked
-        self._pending_since = asked
+        self._asked += 1
+        number = self._asked
+        self._pending[number] = asked
         try:
             try:
-                reply = await client.refresh_lease(self.lease_id)
+                reply = await asyncio.wait_for(
+                    client.refresh_lease(lease_id), self._interval_s + PENDING_S
+                )
             finally:
-                self._pending_since = None
+                del self._pending[number]
             self._last_rtt_s = time.monotonic() - asked
             if reply is not None and reply.TTL > 0:
-                self._session.renewed(asked, int(reply.TTL))
+                if lease_id == self.lease_id and asked > self._answered_at:
+                    self._answered_at = asked
+                    self._session.renewed(asked, int(reply.TTL))
                 return
-            if self._stop.is_set():
-                return  # revoked by our own deregistration
-            log.warning("event=broker_lease_expired action=reregister_and_catch_up")
-            # Not a leader of anything until the image shows what moved meanwhile.
-            self._session.registered_again(NEVER)
-            asked = time.monotonic()
-            lease = await client.lease(self._ttl_s)
-            put = await client.put(self._key, self._registration(), lease=lease.id)
-            self.lease_id = int(lease.id)
-            self._session.registered_again(int(put.header.revision))
-            self._session.renewed(asked, self._ttl_s)
-        except aetcd.exceptions.ClientError as exc:
-            log.warning("event=broker_lease_refresh_failed error=%s", exc)
-            self._session.renewal_failed(time.monotonic())
+            async with registering:
+                if self._stop.is_set() or lease_id != self.lease_id:
+                    return  # revoked by our own deregistration, or registered again already
+                await self._register_again(client)
+        except (aetcd.exceptions.ClientError, TimeoutError) as exc:
+            log.warning("event=broker_lease_refresh_failed error=%s", str(exc) or "timed out")
+            if client is self._client:
+                self._retire_client = True
+            # Asked before the process was frozen: a woken zombie must not lead on it.
+            if asked > self._resumed_at:
+                self._session.renewal_failed(time.monotonic())
+
+    async def _register_again(self, client: aetcd.Client) -> None:
+        log.warning("event=broker_lease_expired action=reregister_and_catch_up")
+        # Not a leader of anything until the image shows what moved meanwhile.
+        self._session.registered_again(NEVER)
+        asked = time.monotonic()
+        lease = await client.lease(self._ttl_s)
+        put = await client.put(self._key, self._registration(), lease=lease.id)
+        self.lease_id = int(lease.id)
+        self._session.registered_again(int(put.header.revision))
+        self._session.renewed(asked, self._ttl_s)

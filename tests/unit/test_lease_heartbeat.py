@@ -1,0 +1,99 @@
+"""The broker's lease renewals against an etcd that holds some of them and answers others.
+
+A fake etcd client stands in for aetcd's (the thread makes its own, so the
+module's ``EtcdClient`` is replaced); real etcd members cut off from their
+quorum are in tests/integration/test_fault_network.py (``etcd_minority``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from types import SimpleNamespace
+from typing import Any, ClassVar
+
+import pytest
+from shoal.broker.cluster import heartbeat
+from shoal.broker.cluster.heartbeat import LeaseHeartbeat
+from shoal.broker.cluster.session import BrokerSession
+
+from shoal.etcd_address import EtcdAddress
+
+INTERVAL_S = 0.1
+TTL_S = 3
+
+
+class HangingEtcd:
+    """Each client made holds its first ``hang`` renewals forever and answers the rest,
+    as a connection to a member cut off with a minority (or over a dead link) does."""
+
+    made: ClassVar[list[HangingEtcd]] = []
+    hang = 1
+
+    def __init__(self, address: EtcdAddress, timeout: float | None) -> None:
+        self.renewals = 0
+        self.answered = 0
+        self.closed = False
+        HangingEtcd.made.append(self)
+
+    async def refresh_lease(self, lease_id: int) -> Any:
+        self.renewals += 1
+        if self.renewals <= HangingEtcd.hang:
+            await asyncio.Event().wait()
+        self.answered += 1
+        return SimpleNamespace(TTL=TTL_S)
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+@pytest.fixture
+def hanging_etcd(monkeypatch: pytest.MonkeyPatch) -> Iterator[type[HangingEtcd]]:
+    HangingEtcd.made = []
+    monkeypatch.setattr(heartbeat, "EtcdClient", HangingEtcd)
+    yield HangingEtcd
+
+
+async def heartbeat_for(seconds: float, session: BrokerSession) -> None:
+    beat = LeaseHeartbeat(
+        EtcdAddress.parse("http://etcd-0:2379,etcd-1:2379,etcd-2:2379"),
+        5.0,
+        session,
+        b"/shoal/brokers/0",
+        lambda: b"{}",
+        TTL_S,
+        INTERVAL_S,
+        stall_timeout_s=5.0,
+    )
+    beat.start(7)
+    try:
+        await asyncio.sleep(seconds)
+    finally:
+        await beat.stop()
+
+
+def test_a_renewal_held_by_etcd_does_not_hold_up_the_next(
+    hanging_etcd: type[HangingEtcd],
+) -> None:
+    hanging_etcd.hang = 1
+    session = BrokerSession(retry_window_s=0.0)
+    session.renewed(time.monotonic(), TTL_S)
+    started = time.monotonic()
+    asyncio.run(heartbeat_for(10 * INTERVAL_S, session))
+    # Renewals after the held one were answered meanwhile, and kept the session fresh.
+    assert sum(client.answered for client in hanging_etcd.made) >= 5
+    assert session.valid_until > started + 0.5 + TTL_S - 0.5
+
+
+def test_a_renewal_that_times_out_retires_its_connection(
+    hanging_etcd: type[HangingEtcd],
+) -> None:
+    hanging_etcd.hang = 1
+    session = BrokerSession(retry_window_s=0.0)
+    session.renewed(time.monotonic(), TTL_S)
+    # Long enough for the held renewal's deadline (interval + PENDING_S) to pass.
+    asyncio.run(heartbeat_for(INTERVAL_S + heartbeat.PENDING_S + 5 * INTERVAL_S, session))
+    first, second, *_ = hanging_etcd.made
+    assert first.closed
+    assert second.renewals >= 1
