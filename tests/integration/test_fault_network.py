@@ -1,11 +1,13 @@
 """Network faults under recorded clients: every process in a network namespace of its own.
 
-etcd, three brokers (RF3, min.insync.replicas 2), the gateway and the clients
-each get a namespace on one bridge (netns.py). A seeded schedule, mixed with
-kills and freezes, takes links away: a partition leader cut from etcd and
-its followers but not from the gateway (the case where a zombie leader could
-acknowledge what the new one never has), a leader or the controller
-isolated from everyone, etcd isolated; etcd stops and starts again; a leader's
+Three etcd members, three brokers (RF3, min.insync.replicas 2), the gateway
+and the clients each get a namespace on one bridge (netns.py). A seeded
+schedule, mixed with kills and freezes, takes links away: a partition leader
+cut from etcd and its followers but not from the gateway (the case where a
+zombie leader could acknowledge what the new one never has), a leader or the
+controller isolated from everyone, etcd isolated from its users, the etcd
+leader cut from the other members (a minority every broker still reaches);
+etcd stops and starts again; a leader's
 log directory (a tmpfs of its own) fills up until space comes back; and the
 gateway restarts. The history checker then finds no lost, duplicated or
 reordered write, no phantom read, no split brain and no committed offset going
@@ -21,9 +23,9 @@ same schedule, same seed, against Apache Kafka (a KRaft controller and three
 brokers, each in a namespace of its own), its summary printed beside Shoal's.
 Kafka's clients connect to its brokers directly (it has no gateway); its
 controller is the KRaft node, so ``controller`` and ``etcd`` both isolate it
-(the coordination store out of reach) and ``etcd_restart`` restarts it, and
-``gateway`` applies nothing there (the schedule keeps its time so the two runs
-stay in step).
+(the coordination store out of reach) and ``etcd_restart`` restarts it;
+``etcd_minority`` (one KRaft voter, no minority) and ``gateway`` apply nothing
+there (the schedule keeps their time so the two runs stay in step).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -60,13 +63,15 @@ PARTITIONS = 3
 SECONDS = float(os.environ.get("SHOAL_FAULT_SECONDS", "0"))
 """0: each kind of fault once (about two minutes)."""
 KINDS = (
-    "cut", "isolate", "controller", "etcd", "etcd_restart", "kill", "pause", "disk", "gateway",
+    "cut", "isolate", "controller", "etcd", "etcd_minority", "etcd_restart", "kill", "pause",
+    "disk", "gateway",
 )  # fmt: skip
 DISK_SIZE = "256m"
 """Each broker's log directory is a filesystem this big (tmpfs: only what is written
 takes memory); the ``disk`` fault fills it."""
 BROKER_PORT = 9092
 ETCD_PORT = 2379
+ETCD_MEMBERS = 3
 
 # Kafka's run takes longer than the schedule: each JVM a fault restarts takes seconds.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(int(1.5 * SECONDS) + 900)]
@@ -79,38 +84,94 @@ SUMMARIES: list[SoakSummary] = []
 """Each system's summary, in the order they ran: the anchor prints them side by side."""
 
 
-class NamespacedEtcd:
-    def __init__(self, node: Node, directory: Path) -> None:
+class NamespacedEtcdMember:
+    def __init__(self, node: Node, directory: Path, initial_cluster: str) -> None:
         self.node = node
         self.directory = directory
+        self.initial_cluster = initial_cluster
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
         return f"http://{self.node.address}:{ETCD_PORT}"
 
+    @property
+    def peer_url(self) -> str:
+        return f"http://{self.node.address}:{ETCD_PORT + 1}"
+
     def start(self) -> None:
-        client, peer = self.url, f"http://{self.node.address}:{ETCD_PORT + 1}"
         command = [
             str(etcd_binary()),
-            "--name=shoal",
+            f"--name={self.node.name}",
             f"--data-dir={self.directory / 'data'}",
-            f"--listen-client-urls={client}",
-            f"--advertise-client-urls={client}",
-            f"--listen-peer-urls={peer}",
-            f"--initial-advertise-peer-urls={peer}",
-            f"--initial-cluster=shoal={peer}",
+            f"--listen-client-urls={self.url}",
+            f"--advertise-client-urls={self.url}",
+            f"--listen-peer-urls={self.peer_url}",
+            f"--initial-advertise-peer-urls={self.peer_url}",
+            f"--initial-cluster={self.initial_cluster}",
             "--log-level=warn",
         ]
         self.directory.mkdir(parents=True, exist_ok=True)
         with open(self.directory / "etcd.log", "ab") as log:
             self.process = subprocess.Popen(self.node.command(command), stdout=log, stderr=log)
-        wait_until(lambda: call_in(self.node, etcd_healthy, self.url), 30, "etcd healthy")
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
             self.process.kill()
             self.process.wait(10)
+
+    def status(self) -> dict[str, Any]:
+        """This member's view of the cluster (etcd's JSON gateway for Maintenance/Status)."""
+        request = urllib.request.Request(f"{self.url}/v3/maintenance/status", data=b"{}")
+        with urllib.request.urlopen(request, timeout=2) as response:
+            answer: dict[str, Any] = json.loads(response.read())
+        return answer
+
+
+class NamespacedEtcdCluster:
+    """Three etcd members, each in a namespace of its own, so that one can be cut off
+    with a minority while the others keep a quorum."""
+
+    def __init__(self, network: Network, root: Path) -> None:
+        nodes = [network.add(f"etcd{n}") for n in range(ETCD_MEMBERS)]
+        initial = ",".join(f"{n.name}=http://{n.address}:{ETCD_PORT + 1}" for n in nodes)
+        self.members = [NamespacedEtcdMember(node, root / node.name, initial) for node in nodes]
+        self.url = ",".join(m.url for m in self.members)
+        """Every member, as Shoal's components take them (etcdctl's --endpoints)."""
+
+    @property
+    def nodes(self) -> list[Node]:
+        return [m.node for m in self.members]
+
+    def start(self) -> None:
+        for member in self.members:
+            member.start()
+        for member in self.members:
+            wait_until(
+                lambda m=member: call_in(m.node, etcd_healthy, m.url),
+                30,
+                f"{member.node.name} healthy",
+            )
+
+    def stop(self) -> None:
+        for member in self.members:
+            member.stop()
+
+    def leader(self) -> NamespacedEtcdMember:
+        """The member raft elected, as the members say (until one does)."""
+
+        def elected() -> list[NamespacedEtcdMember] | None:
+            for member in self.members:
+                try:
+                    status = call_in(member.node, member.status)
+                except OSError:
+                    continue
+                if status.get("leader") and status["leader"] == status["header"]["member_id"]:
+                    return [member]
+            return None
+
+        [member] = wait_until(elected, 30, "an etcd leader")
+        return member
 
 
 class NamespacedBroker(BrokerProcess):
@@ -149,7 +210,7 @@ class NamespacedGateway(GatewayProcess):
 class NetworkCluster:
     def __init__(self, network: Network, root: Path) -> None:
         self.network = network
-        self.etcd = NamespacedEtcd(network.add("etcd"), root / "etcd")
+        self.etcd = NamespacedEtcdCluster(network, root / "etcd")
         self.etcd_url = f"{self.etcd.url}/shoal"
         env = {
             "SHOAL_DEFAULT_REPLICATION_FACTOR": "3",
@@ -251,7 +312,9 @@ class NetworkFaultInjector(FaultInjector):
     def fault_cut(self, fault: Fault) -> str:
         leader = self.leader_broker(fault.partition)
         others = [b.node for b in self.net.brokers if b is not leader]
-        self._for(fault, lambda: self.net.network.cut([leader.node], [*others, self.net.etcd.node]))
+        self._for(
+            fault, lambda: self.net.network.cut([leader.node], [*others, *self.net.etcd.nodes])
+        )
         return f"broker {leader.node_id} cut from etcd and brokers"
 
     def fault_isolate(self, fault: Fault) -> str:
@@ -265,8 +328,18 @@ class NetworkFaultInjector(FaultInjector):
         return f"controller {controller.node_id} isolated"
 
     def fault_etcd(self, fault: Fault) -> str:
-        self._for(fault, lambda: self.net.network.isolate(self.net.etcd.node))
+        # The members keep their quorum among themselves; no broker or gateway reaches any.
+        users = [*(b.node for b in self.net.brokers), self.net.gateway.node]
+        self._for(fault, lambda: self.net.network.cut(self.net.etcd.nodes, users))
         return "etcd isolated"
+
+    def fault_etcd_minority(self, fault: Fault) -> str:
+        """The etcd leader cut off from the other two members, still reachable by every
+        broker and the gateway: it has no quorum, and what asks it must go elsewhere."""
+        leader = self.net.etcd.leader()
+        others = [m.node for m in self.net.etcd.members if m is not leader]
+        self._for(fault, lambda: self.net.network.cut([leader.node], others))
+        return f"etcd leader {leader.node.name} cut from the other members"
 
     def fault_etcd_restart(self, fault: Fault) -> str:
         self.net.etcd.stop()
@@ -409,6 +482,10 @@ class KRaftController:
         self.kafka = kafka
         self.node = namespace
 
+    @property
+    def nodes(self) -> list[Node]:
+        return [self.node]
+
     def stop(self) -> None:
         self.kafka.controller.signal(signal.SIGKILL)
         self.kafka.controller.wait(10)
@@ -499,6 +576,10 @@ class KafkaFaultInjector(NetworkFaultInjector):
 
     def fault_etcd(self, fault: Fault) -> str:
         return self.fault_controller(fault)
+
+    def fault_etcd_minority(self, fault: Fault) -> str:
+        time.sleep(fault.lasts_s)
+        return ""  # one KRaft voter here: no minority to cut off
 
     def fault_etcd_restart(self, fault: Fault) -> str:
         super().fault_etcd_restart(fault)
