@@ -90,6 +90,11 @@ async def grpc_target(address: EtcdAddress) -> str:
     loop = asyncio.get_running_loop()
     addresses: list[str] = []
     for host, port in address.endpoints:
+        if ":" in host:
+            raise aetcd.exceptions.ConnectionFailedError(
+                f"etcd members {address}: several members must be IPv4 addresses or names;"
+                " for IPv6 give one DNS name that resolves to every member"
+            )
         if _is_ip(host):
             addresses.append(f"{host}:{port}")
             continue

@@ -113,6 +113,8 @@ class LeaseHeartbeat:
         self._answered_at = 0.0
         """When the latest renewal that succeeded was asked: an older one answered after
         it must not move the session's deadline back."""
+        self._renewal_limit_s = interval_s + PENDING_S
+        """How long one etcd request of this thread may take before it counts as failed."""
         self._client: aetcd.Client | None = None
         """The heartbeat thread's etcd connection (replaced after a renewal fails on it)."""
         self._retire_client = False
@@ -240,9 +242,8 @@ class LeaseHeartbeat:
         self._pending[number] = asked
         try:
             try:
-                reply = await asyncio.wait_for(
-                    client.refresh_lease(lease_id), self._interval_s + PENDING_S
-                )
+                renewal = client.refresh_lease(lease_id)
+                reply = await asyncio.wait_for(renewal, self._renewal_limit_s)
             finally:
                 del self._pending[number]
             self._last_rtt_s = time.monotonic() - asked
@@ -254,22 +255,30 @@ class LeaseHeartbeat:
             async with registering:
                 if self._stop.is_set() or lease_id != self.lease_id:
                     return  # revoked by our own deregistration, or registered again already
+                # On the connection in use now: the one this renewal went out on may be
+                # retired meanwhile, and using it would open it again, never to be closed.
+                client = self._client or client
                 await self._register_again(client)
         except (aetcd.exceptions.ClientError, TimeoutError) as exc:
             log.warning("event=broker_lease_refresh_failed error=%s", str(exc) or "timed out")
             if client is self._client:
                 self._retire_client = True
-            # Asked before the process was frozen: a woken zombie must not lead on it.
-            if asked > self._resumed_at:
-                self._session.renewal_failed(time.monotonic())
+            # Asked before the process was frozen, or answered after a freeze that the
+            # watcher has not noticed yet (no renewal takes this long otherwise): a woken
+            # zombie must not lead on it.
+            now = time.monotonic()
+            if asked > self._resumed_at and now - asked <= self._renewal_limit_s + FROZEN_S:
+                self._session.renewal_failed(now)
 
     async def _register_again(self, client: aetcd.Client) -> None:
         log.warning("event=broker_lease_expired action=reregister_and_catch_up")
         # Not a leader of anything until the image shows what moved meanwhile.
         self._session.registered_again(NEVER)
         asked = time.monotonic()
-        lease = await client.lease(self._ttl_s)
-        put = await client.put(self._key, self._registration(), lease=lease.id)
+        lease = await asyncio.wait_for(client.lease(self._ttl_s), self._renewal_limit_s)
+        put = await asyncio.wait_for(
+            client.put(self._key, self._registration(), lease=lease.id), self._renewal_limit_s
+        )
         self.lease_id = int(lease.id)
         self._session.registered_again(int(put.header.revision))
         self._session.renewed(asked, self._ttl_s)

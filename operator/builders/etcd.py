@@ -5,9 +5,10 @@ Member ``n`` is the pod ``<c>-etcd-n``, reachable at
 publishes pods before they are ready so the members can find each other
 while the cluster forms. Brokers, gateways and the operator use that headless
 Service too (its name resolves to every member, and their etcd client fails
-over between them); the ``<c>-etcd-client`` Service is for other tools. ``--initial-cluster`` lists every member, so the
-member count is fixed at bootstrap: changing ``spec.etcd.replicas`` later
-needs etcd's own member add/remove, which the operator does not do.
+over between them); the ``<c>-etcd-client`` Service is for other tools.
+``--initial-cluster`` lists every member, so the member count is fixed at
+bootstrap: changing ``spec.etcd.replicas`` later needs etcd's own member
+add/remove, which the operator does not do.
 """
 
 from __future__ import annotations

@@ -72,6 +72,8 @@ takes memory); the ``disk`` fault fills it."""
 BROKER_PORT = 9092
 ETCD_PORT = 2379
 ETCD_MEMBERS = 3
+SESSION_TIMEOUT_S = 3.0
+"""The brokers' etcd session (``SHOAL_BROKER_SESSION_TIMEOUT_MS``'s default)."""
 
 # Kafka's run takes longer than the schedule: each JVM a fault restarts takes seconds.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(int(1.5 * SECONDS) + 900)]
@@ -429,9 +431,14 @@ def record_under_faults(
         for a in injector.applied
         if a.victim
     ]
-    SUMMARIES.append(summarize(system, report, events, spans, injector.failovers))
+    summary = summarize(system, report, events, spans, injector.failovers)
+    SUMMARIES.append(summary)
     print("\n" + render(SUMMARIES, KINDS))
     assert report.ok, f"{system}, seed {seed}:\n{report.summary()}"
+    # A member cut off with a minority leaves a quorum: no broker's session may lapse
+    # over it (that would stall its partitions for the session timeout and more).
+    minority = summary.gaps.get("etcd_minority", [])
+    assert max(minority, default=0.0) < SESSION_TIMEOUT_S, (system, minority)
     assert report.acknowledged > 0.5 * report.sent, report.summary()
     assert report.polled > 0 and report.commits > 0, report.summary()
 

@@ -248,6 +248,10 @@ def test_a_cluster_applied_with_kubectl_serves_records_through_a_rolling_restart
     with PodBackedCluster(kube, helm, namespace, etcd, tmp_path) as cluster:
         cluster.apply(SPEC)
         cluster.ready()
+        # Ready asks any one broker; the others may still be starting.
+        cluster.wait(
+            lambda: len(cluster.brokers.history) >= BROKERS, 60, "every broker to be started"
+        )
         assert sorted(cluster.brokers.history) == [f"started {n}" for n in range(BROKERS)]
 
         tenant = "acme"

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import socket
+from typing import Any
 
 import aetcd.exceptions
 import pytest
@@ -39,11 +41,29 @@ def test_a_url_that_names_no_usable_cluster_is_refused(url: str, complaint: str)
         EtcdAddress.parse(url)
 
 
+def fake_dns(host: str, port: object, *args: object, **kwargs: object) -> list[Any]:
+    """A resolver that knows ``etcd-N.local`` (10.0.0.N) and nothing else."""
+    if host.startswith("etcd-") and host.endswith(".local"):
+        address = f"10.0.0.{host[5:-6]}"
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (address, port))]
+    raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+
+@pytest.fixture(autouse=True)
+def dns(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(socket, "getaddrinfo", fake_dns)
+
+
 def test_one_name_is_left_to_grpcs_resolver_and_several_become_one_address_list() -> None:
     one = EtcdAddress.parse("http://shoal-etcd:2379")
-    several = EtcdAddress.parse("http://127.0.0.1:2379,localhost:2479")
+    several = EtcdAddress.parse("http://127.0.0.1:2379,etcd-2.local:2479")
     assert asyncio.run(grpc_target(one)) == "shoal-etcd:2379"
-    assert asyncio.run(grpc_target(several)) == "ipv4:127.0.0.1:2379,127.0.0.1:2479"
+    assert asyncio.run(grpc_target(several)) == "ipv4:127.0.0.1:2379,10.0.0.2:2479"
+
+
+def test_several_members_are_ipv4_only() -> None:
+    with pytest.raises(aetcd.exceptions.ConnectionFailedError, match="IPv4"):
+        asyncio.run(grpc_target(EtcdAddress.parse("http://[::1]:2379,http://[::2]:2379")))
 
 
 def test_a_member_not_in_dns_is_left_out_and_none_at_all_is_an_error() -> None:
