@@ -145,6 +145,12 @@ class Controller:
             except ConflictError:
                 results.append(IsrChangeResult(request, "invalid_update_version", None))
                 continue
+            except StoreUnavailableError as exc:
+                # etcd did not take the write (no quorum where it went, or too slow): the
+                # leader proposes again, as after any refusal; the connection stays up.
+                log.warning("event=alter_partition_not_written error=%s", exc)
+                results.append(IsrChangeResult(request, "request_timed_out", None))
+                continue
             _log_change(change)
             results.append(IsrChangeResult(request, None, change.state))
         return results
