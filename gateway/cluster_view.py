@@ -51,6 +51,9 @@ class ClusterView:
         self._topic_ids: dict[uuid.UUID, str] = {}
         self._last_id_refresh = 0.0
         self._unanswering: tuple[str, int] | None = None
+        self._probes: dict[tuple[str, int], BrokerConnection] = {}
+        """A connection to each broker for :meth:`refresh_brokers`, which asks them in turn."""
+        self._probe_turn = 0
         self.brokers_changed = asyncio.Event()
         """Set when an answer names a broker the gateway has no port for yet."""
 
@@ -99,22 +102,44 @@ class ClusterView:
         }
         self.remember_topic_ids({t.topic_id: t.name for t in response.topics if t.topic_id})
 
-    async def refresh_brokers(self) -> None:
+    async def refresh_brokers(self) -> int | None:
         """The live brokers alone (Metadata for no topic): cheap enough to ask several times
-        a second.
-        A broker whose etcd session expired (dead, frozen, cut off) is no longer among them."""
-        response = await self.call(
-            3,
-            METADATA_VERSION,
-            PROBE_TIMEOUT_S,
-            topics=(),
-            allow_auto_topic_creation=False,
-            include_topic_authorized_operations=False,
+        a second. Returns the node id of the broker that answered (None: not known).
+
+        A broker whose etcd session expired (dead, frozen, cut off) is no longer among them,
+        as the other brokers see it. Not always as it sees itself: a broker cut off from
+        etcd but not from the gateway keeps its last view, in which it is alive and leads
+        what it led. So each question goes to the next known broker in turn, over a
+        connection kept for it, and the answer says who gave it (see the gateway's
+        ``_close_sessions_of_gone_brokers``)."""
+        known = sorted(self.brokers.values(), key=lambda b: b.node_id)
+        if not known:
+            await self.refresh()
+            return None
+        broker = known[self._probe_turn % len(known)]
+        self._probe_turn += 1
+        api = schema(3, METADATA_VERSION)
+        request = api.request(
+            topics=(), allow_auto_topic_creation=False, include_topic_authorized_operations=False
         )
+        address = (broker.host, broker.port)
+        connection = self._probes.get(address)
+        try:
+            if connection is None or connection.closed:
+                connection = self._probes[address] = await BrokerConnection.open(*address)
+            response = await connection.call(api, request, PROBE_TIMEOUT_S)
+        except UpstreamError:
+            if connection is not None:
+                connection.close()
+            raise
         self._set_brokers(response.brokers)
+        return broker.node_id
 
     def _set_brokers(self, brokers: Any) -> None:
         self.brokers = {b.node_id: BrokerAddress(b.node_id, b.host, b.port) for b in brokers}
+        live = {(b.host, b.port) for b in self.brokers.values()}
+        for address in [a for a in self._probes if a not in live]:
+            self._probes.pop(address).close()
 
     async def api_versions(self) -> dict[int, tuple[int, int]]:
         response = await self.call(
@@ -182,3 +207,6 @@ class ClusterView:
     def close(self) -> None:
         if self._control is not None:
             self._control.close()
+        for probe in self._probes.values():
+            probe.close()
+        self._probes.clear()
