@@ -70,8 +70,13 @@ def summarize(
     times = [e.time for e in events]
     seconds = max(times) - min(times) if times else 0.0
     gaps: dict[str, list[float]] = defaultdict(list)
-    for fault in faults:
-        gaps[fault.kind].append(longest_ack_gap(acks, fault.began_s - LEAD_S, fault.ends_s))
+    ordered = sorted(faults, key=lambda f: f.began_s)
+    for fault, following in zip(ordered, [*ordered[1:], None], strict=True):
+        # Up to the next fault's lead second: a wait that began as the next fault began
+        # (a gateway stopped right at the end of a calm spell) is that fault's.
+        ends_s = fault.ends_s if following is None else following.began_s - LEAD_S
+        ends_s = min(fault.ends_s, ends_s)
+        gaps[fault.kind].append(longest_ack_gap(acks, fault.began_s - LEAD_S, ends_s))
     return SoakSummary(
         system=system,
         seconds=round(seconds, 1),

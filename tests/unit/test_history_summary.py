@@ -47,6 +47,20 @@ def test_each_fault_costs_the_longest_wait_any_producer_saw_until_its_calm_spell
     assert summary.failovers == 2
 
 
+def test_a_wait_that_began_as_the_next_fault_began_is_that_faults_alone() -> None:
+    # The gateway stops at 30, just as the minority fault's calm spell ends; p waits 7 s.
+    events = [
+        *acks_every_tenth_of_a_second("p", 0, 0, 30.05),
+        *acks_every_tenth_of_a_second("p", 0, 37, 45),
+    ]
+    faults = [FaultSpan("etcd_minority", 20.0, 30.0), FaultSpan("gateway", 30.0, 40.0)]
+
+    summary = summarize("shoal", check(events), events, faults, failovers=0)
+
+    assert summary.gaps["etcd_minority"][0] < 0.2
+    assert 7.0 <= summary.gaps["gateway"][0] < 7.2
+
+
 def test_the_table_sets_systems_side_by_side_and_marks_a_kind_one_did_not_run() -> None:
     shoal = SoakSummary("shoal", 1800, 10, 0, {"lost": 0}, 3, {"kill": [0.8, 1.2, 0.9]})
     kafka = SoakSummary("apache-kafka", 1800, 12, 1, {"lost": 0}, 4, {"kill": [9.5]})
