@@ -118,6 +118,12 @@ class ClusterView:
             return None
         broker = known[self._probe_turn % len(known)]
         self._probe_turn += 1
+        if (broker.host, broker.port) == self._unanswering and len(known) > 1:
+            # It did not answer last time (frozen, cut off): not again until it is the
+            # only one left, or every other has been asked since.
+            self._unanswering = None
+            broker = known[self._probe_turn % len(known)]
+            self._probe_turn += 1
         api = schema(3, METADATA_VERSION)
         request = api.request(
             topics=(), allow_auto_topic_creation=False, include_topic_authorized_operations=False
@@ -126,11 +132,14 @@ class ClusterView:
         connection = self._probes.get(address)
         try:
             if connection is None or connection.closed:
-                connection = self._probes[address] = await BrokerConnection.open(*address)
+                connection = self._probes[address] = await BrokerConnection.open(
+                    *address, timeout_s=PROBE_TIMEOUT_S
+                )
             response = await connection.call(api, request, PROBE_TIMEOUT_S)
         except UpstreamError:
             if connection is not None:
                 connection.close()
+            self._unanswering = address
             raise
         self._set_brokers(response.brokers)
         return broker.node_id
