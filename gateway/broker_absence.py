@@ -1,7 +1,8 @@
 """When the gateway stops believing in a broker: answers about who is alive, counted.
 
 The gateway asks the brokers in turn which brokers are alive
-(``ClusterView.refresh_brokers``). A broker left out of two answers in a row
+(``ClusterView.refresh_brokers``; every few seconds a full refresh asks the
+broker its control connection is on). A broker left out of two answers in a row
 has been fenced (its etcd session expired: dead, frozen or cut off) and its
 partitions are led elsewhere, so the gateway closes the connections it relays
 to it and their clients look for the new leaders. One answer is not enough:
@@ -29,12 +30,13 @@ class BrokerAbsences:
     def answer(
         self, live: Collection[int], answered_by: int | None, with_clients: Collection[int]
     ) -> list[int]:
-        """Record one answer (``live``, given by broker ``answered_by``, None: not known)
-        and return the brokers with clients that are now to be taken as gone."""
+        """Record one answer (``live``, given by broker ``answered_by``; None: not known,
+        so it may be any broker's, and counts for none) and return the brokers with
+        clients that are now to be taken as gone."""
         gone = []
         for node_id in with_clients:
-            if node_id in live and node_id == answered_by:
-                continue  # its own word: neither for it nor against it
+            if node_id in live and answered_by in (node_id, None):
+                continue  # its own word, or maybe its own: neither for it nor against it
             if node_id in live:
                 self._missing.pop(node_id, None)
                 continue

@@ -1,7 +1,9 @@
 """What the gateway knows of the brokers: their addresses, APIs and topic ids.
 
-Learned from the brokers themselves over one control connection (Metadata,
-ApiVersions), so the gateway needs nothing of the brokers' etcd layout. Topic
+Learned from the brokers themselves (Metadata, ApiVersions) over one control
+connection, and which brokers are alive also over a connection kept to each
+(:meth:`ClusterView.refresh_brokers`), so the gateway needs nothing of the
+brokers' etcd layout. Topic
 ids seen in any Metadata answer are remembered; an id the gateway has never
 seen makes it ask the brokers once (at most every ``_ID_REFRESH_S``), so a
 guessed id costs a guesser little and the brokers less.
@@ -30,8 +32,10 @@ API_VERSIONS_VERSION: Final = 3
 CREATE_TOPICS_VERSION: Final = 7
 _ID_REFRESH_S: Final = 1.0
 PROBE_TIMEOUT_S: Final = 1.0
-"""How long the frequent question for the live brokers may take; a broker slower than
-that (frozen, or very busy) is asked last next time, and the question goes elsewhere."""
+"""How long the frequent question for the live brokers may take, connecting included; a
+broker slower than that (frozen, cut off, very busy) is passed over for
+:data:`SKIP_S`, and the control connection leaves it for another broker."""
+SKIP_S: Final = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +58,11 @@ class ClusterView:
         self._probes: dict[tuple[str, int], BrokerConnection] = {}
         """A connection to each broker for :meth:`refresh_brokers`, which asks them in turn."""
         self._probe_turn = 0
+        self._skipped: dict[tuple[str, int], float] = {}
+        """Brokers that did not answer the liveness question, and until when they are
+        passed over."""
+        self.answering: tuple[str, int] | None = None
+        """The broker the control connection is on (None: none yet)."""
         self.brokers_changed = asyncio.Event()
         """Set when an answer names a broker the gateway has no port for yet."""
 
@@ -64,10 +73,12 @@ class ClusterView:
         if self._unanswering in candidates:
             candidates.remove(self._unanswering)
             candidates.append(self._unanswering)
+        self.answering = None
         errors = []
         for host, port in candidates:
             try:
                 self._control = await BrokerConnection.open(host, port)
+                self.answering = (host, port)
                 return self._control
             except UpstreamError as exc:
                 errors.append(str(exc))
@@ -87,8 +98,10 @@ class ClusterView:
                 self._unanswering = (host, int(port))
                 raise
 
-    async def refresh(self) -> None:
-        """Brokers, topic ids and partition counts from one all-topics Metadata."""
+    async def refresh(self) -> int | None:
+        """Brokers, topic ids and partition counts from one all-topics Metadata; returns
+        the node id of the broker that answered (None: not known), as
+        :meth:`refresh_brokers` does."""
         response = await self.call(
             3,
             METADATA_VERSION,
@@ -101,6 +114,7 @@ class ClusterView:
             t.name: len(t.partitions) for t in response.topics if t.error_code == ErrorCode.none
         }
         self.remember_topic_ids({t.topic_id: t.name for t in response.topics if t.topic_id})
+        return self._node_at(self.answering)
 
     async def refresh_brokers(self) -> int | None:
         """The live brokers alone (Metadata for no topic): cheap enough to ask several times
@@ -116,14 +130,10 @@ class ClusterView:
         if not known:
             await self.refresh()
             return None
-        broker = known[self._probe_turn % len(known)]
+        now = time.monotonic()
+        askable = [b for b in known if self._skipped.get((b.host, b.port), 0.0) <= now]
+        broker = (askable or known)[self._probe_turn % len(askable or known)]
         self._probe_turn += 1
-        if (broker.host, broker.port) == self._unanswering and len(known) > 1:
-            # It did not answer last time (frozen, cut off): not again until it is the
-            # only one left, or every other has been asked since.
-            self._unanswering = None
-            broker = known[self._probe_turn % len(known)]
-            self._probe_turn += 1
         api = schema(3, METADATA_VERSION)
         request = api.request(
             topics=(), allow_auto_topic_creation=False, include_topic_authorized_operations=False
@@ -139,10 +149,23 @@ class ClusterView:
         except UpstreamError:
             if connection is not None:
                 connection.close()
-            self._unanswering = address
+            # Not asked again for a while; and if the control connection is on it, that
+            # moves on too, or its next question would wait out its 10 s on a frozen broker.
+            self._skipped[address] = time.monotonic() + SKIP_S
+            control = self._control
+            if control is not None and control.address == f"{broker.host}:{broker.port}":
+                control.close()
+                self._unanswering = address
             raise
+        self._skipped.pop(address, None)
         self._set_brokers(response.brokers)
         return broker.node_id
+
+    def _node_at(self, address: tuple[str, int] | None) -> int | None:
+        for broker in self.brokers.values():
+            if (broker.host, broker.port) == address:
+                return broker.node_id
+        return None
 
     def _set_brokers(self, brokers: Any) -> None:
         self.brokers = {b.node_id: BrokerAddress(b.node_id, b.host, b.port) for b in brokers}

@@ -403,7 +403,7 @@ class Gateway:
                 if cluster.brokers_changed.is_set() or time.monotonic() - last_full >= full_every_s:
                     cluster.brokers_changed.clear()
                     last_full = time.monotonic()
-                    await cluster.refresh()
+                    answered_by = await cluster.refresh()
                 else:
                     answered_by = await cluster.refresh_brokers()
             except (UpstreamError, OSError) as exc:
@@ -413,7 +413,7 @@ class Gateway:
             await self._bind_brokers(services)
 
     def _close_sessions_of_gone_brokers(
-        self, live: Collection[int], answered_by: int | None = None
+        self, live: Collection[int], answered_by: int | None
     ) -> None:
         """Close the connections relayed to brokers the cluster no longer counts
         (:mod:`shoal.gateway.broker_absence`): their clients' requests would wait on a

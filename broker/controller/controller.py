@@ -125,7 +125,13 @@ class Controller:
         if self.lease is None:
             raise NotControllerError
         results = []
+        unavailable = False
         for request in requests:
+            if unavailable:
+                # etcd just failed one write: the rest would each wait out the same
+                # timeout, and the leader's request would time out before the answer.
+                results.append(IsrChangeResult(request, "request_timed_out", None))
+                continue
             await self._catch_up(request)
             lease, image = self.lease, self.image
             if lease is None or image is None:
@@ -150,6 +156,7 @@ class Controller:
                 # leader proposes again, as after any refusal; the connection stays up.
                 log.warning("event=alter_partition_not_written error=%s", exc)
                 results.append(IsrChangeResult(request, "request_timed_out", None))
+                unavailable = True
                 continue
             _log_change(change)
             results.append(IsrChangeResult(request, None, change.state))

@@ -31,3 +31,11 @@ def test_only_brokers_with_clients_are_counted() -> None:
     assert absences.answer({1}, 1, with_clients=[]) == []
     assert absences.answer({1}, 1, with_clients=[0]) == []
     assert absences.answer({1}, 1, with_clients=[0]) == [0]
+
+
+def test_an_answer_from_a_broker_not_known_counts_for_no_one() -> None:
+    # A full refresh over the control connection, which may be on the cut-off broker.
+    absences = BrokerAbsences()
+    assert absences.answer({1, 2}, 1, with_clients=[0]) == []
+    assert absences.answer({0, 1, 2}, None, with_clients=[0]) == []
+    assert absences.answer({1, 2}, 2, with_clients=[0]) == [0]
