@@ -51,6 +51,7 @@ class HangingEtcd:
 @pytest.fixture
 def hanging_etcd(monkeypatch: pytest.MonkeyPatch) -> Iterator[type[HangingEtcd]]:
     HangingEtcd.made = []
+    HangingEtcd.hang = 1
     monkeypatch.setattr(heartbeat, "EtcdClient", HangingEtcd)
     yield HangingEtcd
 
@@ -66,50 +67,47 @@ def came_true(check: Callable[[], bool], timeout_s: float) -> bool:
     return True
 
 
-async def heartbeat_for(seconds: float, session: BrokerSession) -> None:
+def beating(session: BrokerSession, address: str) -> LeaseHeartbeat:
+    """A heartbeat for lease 7, started (its thread makes its own clients)."""
     beat = LeaseHeartbeat(
-        EtcdAddress.parse("http://etcd-0:2379,etcd-1:2379,etcd-2:2379"),
-        5.0,
-        session,
-        b"/shoal/brokers/0",
-        lambda: b"{}",
-        TTL_S,
-        INTERVAL_S,
-        stall_timeout_s=5.0,
-    )
+        EtcdAddress.parse(address), 5.0, session, b"/shoal/brokers/0", lambda: b"{}",
+        TTL_S, INTERVAL_S, stall_timeout_s=5.0,
+    )  # fmt: skip
     beat.start(7)
-    try:
-        await asyncio.sleep(seconds)
-    finally:
-        await beat.stop()
+    return beat
+
+
+@pytest.fixture
+def session() -> BrokerSession:
+    """A broker's session, just renewed."""
+    fresh = BrokerSession(retry_window_s=0.0)
+    fresh.renewed(time.monotonic(), TTL_S)
+    return fresh
 
 
 def test_a_renewal_held_by_etcd_does_not_hold_up_the_next(
-    hanging_etcd: type[HangingEtcd],
+    hanging_etcd: type[HangingEtcd], session: BrokerSession
 ) -> None:
-    hanging_etcd.hang = 1
-    session = BrokerSession(retry_window_s=0.0)
-    session.renewed(time.monotonic(), TTL_S)
     started = time.monotonic()
-    asyncio.run(heartbeat_for(10 * INTERVAL_S, session))
+
+    async def beat_a_while() -> None:
+        beat = beating(session, "http://etcd-0:2379,etcd-1:2379,etcd-2:2379")
+        try:
+            await asyncio.sleep(10 * INTERVAL_S)
+        finally:
+            await beat.stop()
+
+    asyncio.run(beat_a_while())
     # Renewals after the held one were answered meanwhile, and kept the session fresh.
     assert sum(client.answered for client in hanging_etcd.made) >= 5
     assert session.valid_until > started + 0.5 + TTL_S - 0.5
 
 
 def test_a_renewal_that_times_out_retires_its_connection(
-    hanging_etcd: type[HangingEtcd],
+    hanging_etcd: type[HangingEtcd], session: BrokerSession
 ) -> None:
-    hanging_etcd.hang = 1
-    session = BrokerSession(retry_window_s=0.0)
-    session.renewed(time.monotonic(), TTL_S)
-
     async def retired() -> None:
-        beat = LeaseHeartbeat(
-            EtcdAddress.parse("http://etcd-0:2379"), 5.0, session, b"/shoal/brokers/0",
-            lambda: b"{}", TTL_S, INTERVAL_S, stall_timeout_s=5.0,
-        )  # fmt: skip
-        beat.start(7)
+        beat = beating(session, "http://etcd-0:2379")
         try:
             # The held renewal's deadline is interval + PENDING_S; a loaded machine is slow.
             # Closed by the heartbeat itself, not by its stop (which is after this).
