@@ -48,6 +48,8 @@ from shoal.tenancy.store import TenancySnapshot, TenancyStore, TenancyStoreError
 from shoal.host_port import split_host_port
 
 log = logging.getLogger(__name__)
+_FULL_REFRESH_IN_LOOP_S: Final = 3.0
+"""How long the liveness loop's full refresh may take (a timeout counts as a failed one)."""
 
 _STARTUP_RETRY_S: Final = 1.0
 _STARTUP_TIMEOUT_S: Final = 120.0
@@ -403,11 +405,15 @@ class Gateway:
                 if cluster.brokers_changed.is_set() or time.monotonic() - last_full >= full_every_s:
                     cluster.brokers_changed.clear()
                     last_full = time.monotonic()
-                    answered_by = await cluster.refresh()
+                    # Bounded: over the control connection, which may be on a broker
+                    # that froze or is held by another caller's slow question, and
+                    # the liveness answers must keep coming meanwhile.
+                    async with asyncio.timeout(_FULL_REFRESH_IN_LOOP_S):
+                        answered_by = await cluster.refresh()
                 else:
                     answered_by = await cluster.refresh_brokers()
             except (UpstreamError, OSError) as exc:
-                log.warning("event=gateway_refresh_failed error=%s", exc)
+                log.warning("event=gateway_refresh_failed error=%s", str(exc) or "timed out")
                 continue
             self._close_sessions_of_gone_brokers(cluster.brokers.keys(), answered_by)
             await self._bind_brokers(services)
