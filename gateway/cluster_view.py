@@ -73,6 +73,10 @@ class ClusterView:
         if self._unanswering in candidates:
             candidates.remove(self._unanswering)
             candidates.append(self._unanswering)
+        # Brokers that just failed the liveness question go last too (a frozen broker
+        # accepts the connection, and the question would wait out its timeout there).
+        now = time.monotonic()
+        candidates.sort(key=lambda address: self._skipped.get(address, 0.0) > now)
         self.answering = None
         errors = []
         for host, port in candidates:
