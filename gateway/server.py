@@ -23,7 +23,6 @@ from typing import Any, Final
 from opentelemetry.sdk.trace import TracerProvider
 from shoal.gateway.admission import Admission
 from shoal.gateway.apis import GATEWAY_ONLY, REWRITERS
-from shoal.gateway.broker_absence import BrokerAbsences
 from shoal.gateway.cluster_view import ClusterView
 from shoal.gateway.config import GatewayConfig
 from shoal.gateway.group_lag import poll_group_lag
@@ -48,13 +47,12 @@ from shoal.tenancy.store import TenancySnapshot, TenancyStore, TenancyStoreError
 from shoal.host_port import split_host_port
 
 log = logging.getLogger(__name__)
-_FULL_REFRESH_IN_LOOP_S: Final = 3.0
-"""How long the liveness loop's full refresh may take (a timeout counts as a failed one)."""
 
 _STARTUP_RETRY_S: Final = 1.0
 _STARTUP_TIMEOUT_S: Final = 120.0
 _HTTP_TASK: Final = "gateway-http"
 _METRICS_CLOSE_S: Final = 5.0
+_GONE_AFTER_ANSWERS: Final = 2
 
 
 def offered_versions(
@@ -230,7 +228,8 @@ class Gateway:
             )
         self._sessions: set[asyncio.Task[None]] = set()
         self._sessions_by_broker: dict[int, set[ClientSession]] = {}
-        self._absences = BrokerAbsences()
+        self._missing_brokers: dict[int, int] = {}
+        """How many answers in a row have not counted each broker that has clients."""
 
     async def run(self, stop: asyncio.Event) -> None:
         config = self.config
@@ -400,42 +399,40 @@ class Gateway:
                 await asyncio.wait_for(
                     cluster.brokers_changed.wait(), self.config.broker_check_interval_ms / 1000
                 )
-            answered_by: int | None = None
             try:
                 if cluster.brokers_changed.is_set() or time.monotonic() - last_full >= full_every_s:
                     cluster.brokers_changed.clear()
                     last_full = time.monotonic()
-                    # Bounded: over the control connection, which may be on a broker
-                    # that froze or is held by another caller's slow question, and
-                    # the liveness answers must keep coming meanwhile.
-                    async with asyncio.timeout(_FULL_REFRESH_IN_LOOP_S):
-                        answered_by = await cluster.refresh()
+                    await cluster.refresh()
                 else:
-                    answered_by = await cluster.refresh_brokers()
+                    await cluster.refresh_brokers()
             except (UpstreamError, OSError) as exc:
-                log.warning("event=gateway_refresh_failed error=%s", str(exc) or "timed out")
+                log.warning("event=gateway_refresh_failed error=%s", exc)
                 continue
-            self._close_sessions_of_gone_brokers(cluster.brokers.keys(), answered_by)
+            self._close_sessions_of_gone_brokers(cluster.brokers.keys())
             await self._bind_brokers(services)
 
-    def _close_sessions_of_gone_brokers(
-        self, live: Collection[int], answered_by: int | None
-    ) -> None:
-        """Close the connections relayed to brokers the cluster no longer counts
-        (:mod:`shoal.gateway.broker_absence`): their clients' requests would wait on a
-        fenced broker until it woke; closed, they ask for metadata again and retry where
-        the partitions are led now."""
-        with_clients = [n for n, sessions in self._sessions_by_broker.items() if sessions]
-        for node_id in self._absences.answer(live, answered_by, with_clients):
-            sessions = self._sessions_by_broker[node_id]
-            log.warning(
-                "event=gateway_broker_gone broker=%d connections_closed=%d",
-                node_id,
-                len(sessions),
-            )
-            for session in list(sessions):
-                session.close()
-            sessions.clear()
+    def _close_sessions_of_gone_brokers(self, live: Collection[int]) -> None:
+        """A broker the cluster no longer counts (its etcd session expired: dead, frozen or
+        cut off) has been fenced and its partitions led elsewhere: its clients' requests
+        would wait on it until it woke. Closing their connections makes clients ask for
+        metadata again and retry where the partitions are led now. Two answers in a row
+        must leave it out: one broker's view may lag etcd's for a moment."""
+        for node_id, sessions in self._sessions_by_broker.items():
+            if node_id in live or not sessions:
+                self._missing_brokers.pop(node_id, None)
+                continue
+            self._missing_brokers[node_id] = self._missing_brokers.get(node_id, 0) + 1
+            if self._missing_brokers[node_id] >= _GONE_AFTER_ANSWERS:
+                log.warning(
+                    "event=gateway_broker_gone broker=%d connections_closed=%d",
+                    node_id,
+                    len(sessions),
+                )
+                for session in list(sessions):
+                    session.close()
+                sessions.clear()
+                del self._missing_brokers[node_id]
 
     def _close_revoked(self, services: GatewayServices, snapshot: TenancySnapshot) -> None:
         del snapshot
