@@ -374,19 +374,21 @@ class PodBackedCluster:
         self.identity.remove()
 
     def wait(self, check: Any, timeout: float, what: str) -> Any:
-        deadline = time.monotonic() + timeout
-        while True:
+        """harness.wait_until, failing at once if the pod watch failed, and on timeout with
+        what the brokers did and the operator's log."""
+
+        def checked() -> Any:
             if self.brokers.failure is not None:
                 raise AssertionError("the pod watch failed") from self.brokers.failure
-            found = check()
-            if found:
-                return found
-            if time.monotonic() > deadline:
-                pytest.fail(
-                    f"timed out after {timeout} s waiting for {what}; brokers: "
-                    f"{self.brokers.history}\n--- operator log\n{self.operator.log_tail()}"
-                )
-            time.sleep(0.3)
+            return check()
+
+        try:
+            return wait_until(checked, timeout, what, interval=0.3)
+        except TimeoutError as exc:
+            pytest.fail(
+                f"{exc}; brokers: {self.brokers.history}\n"
+                f"--- operator log\n{self.operator.log_tail()}"
+            )
 
     def apply(self, spec: dict[str, Any]) -> None:
         self.apply_resources(
