@@ -29,6 +29,7 @@ from shoal.gateway.group_lag import poll_group_lag
 from shoal.gateway.http.app import create_app
 from shoal.gateway.http.auth import TokenAuthority
 from shoal.gateway.http.serving import EmbeddedServer, embedded_server
+from shoal.gateway.login_turns import ACCEPTS_PER_ROUND, LoginTurns, listen_deeply
 from shoal.gateway.membership import GatewayMembership
 from shoal.gateway.metrics import GatewayMetrics, serve_gateway_metrics
 from shoal.gateway.oauth.authority import gateway_tokens
@@ -150,6 +151,8 @@ class GatewayServices:
     tokens: TokenAuthority | None = None
     """Checks Bearer tokens (HTTP) and OAUTHBEARER logins (Kafka); None accepts none."""
     sessions_by_key: dict[str, set[ClientSession]] = field(default_factory=dict)
+    login_turns: LoginTurns = field(default_factory=LoginTurns)
+    """Keeps a storm of logins from crowding out the sessions already in."""
     tracing: GatewayTracing | None = None
     """Spans per request (shoal.tracing); None when tracing is not configured."""
     storage: StorageSurveyor = field(init=False)
@@ -351,6 +354,7 @@ class Gateway:
         port = listener.port if node_id is None else listener.broker_port(node_id)
 
         async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await services.login_turns.take()
             session = ClientSession(services, listener, node_id, reader, writer)
             task = asyncio.current_task()
             assert task is not None
@@ -368,7 +372,7 @@ class Gateway:
                     of_broker.discard(session)
 
         handshake_here = listener.tls is not None and not listener.client_certificates
-        listener.servers[node_id] = await asyncio.start_server(
+        listener.servers[node_id] = server = await asyncio.start_server(
             accept,
             listener.host,
             port,
@@ -379,7 +383,9 @@ class Gateway:
             ),
             limit=2**20,
             reuse_address=True,
+            backlog=ACCEPTS_PER_ROUND,
         )
+        listen_deeply(server)
         log.info(
             "event=gateway_listening listener=%s port=%d broker=%s",
             listener.name,

@@ -275,6 +275,13 @@ class ClientSession:
             raise _ClosedError(f"request of {size} bytes is outside the allowed size")
         return await self._reader.readexactly(size)
 
+    async def _read_login_frame(self) -> bytes:
+        """The next frame of a login, once the logins' turns (:mod:`shoal.gateway.login_turns`)
+        let its work run."""
+        frame = await self._read_frame()
+        await self.services.login_turns.take()
+        return frame
+
     async def _answer(self, header: RequestHeader, api: ApiSchema, body: Any) -> None:
         slot: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
         slot.set_result(b"".join(encode_response(header, api, body)))  # type: ignore[arg-type]
@@ -295,7 +302,7 @@ class ClientSession:
         mechanism: str | None = None
         while True:
             try:
-                header, api, body = self._decode(await self._read_frame(), _AUTH_APIS)
+                header, api, body = self._decode(await self._read_login_frame(), _AUTH_APIS)
             except _UnsupportedApiVersionsError as exc:
                 await self._answer_unsupported_api_versions(exc.header)
                 continue
@@ -321,10 +328,10 @@ class ClientSession:
                     # Kafka header; success is the mechanism's last word (empty
                     # for PLAIN), failure a closed connection.
                     try:
-                        step = await self._login(body.mechanism, await self._read_frame())
+                        step = await self._login(body.mechanism, await self._read_login_frame())
                         while isinstance(step, _Challenge):
                             await self._send_bare(step.data)
-                            step = await self._login(body.mechanism, await self._read_frame())
+                            step = await self._login(body.mechanism, await self._read_login_frame())
                         await self._pace_login(step)
                         self._count_connection(step)
                     except _LoginRefusedError:
