@@ -69,6 +69,14 @@ ROWS = (
         _rtt("rtt_p99_ms"), "loopback round trip"),
     Row("latency", "2 end to end, 5,000/s", "common_p99_9_ms", "ms p99.9", False,
         _rtt("rtt_p99_9_ms"), "loopback round trip"),
+    Row("latency", "2 end to end, 1,000/s, linger.ms=0", "unbatched_p50_ms", "ms p50", False,
+        _rtt("rtt_p50_ms"), "loopback round trip"),
+    Row("latency", "2 end to end, 1,000/s, linger.ms=0", "unbatched_p99_ms", "ms p99", False,
+        _rtt("rtt_p99_ms"), "loopback round trip"),
+    Row("latency", "2 end to end, 1,000/s, linger.ms=0", "unbatched_p99_9_ms", "ms p99.9",
+        False, _rtt("rtt_p99_9_ms"), "loopback round trip"),
+    Row("latency", "2 end to end, 1,000/s, linger.ms=0", "unbatched_cpu", "server cores",
+        None),
     Row("backlog", "3 consume backlog", "mb_per_s", "MB/s", True, _loopback, "loopback"),
     Row("backlog", "3 consume backlog", "fill_mb_per_s", "MB/s filling", True, _writes,
         "page cache / copies"),
@@ -105,6 +113,7 @@ VS_KAFKA = (
     ("produce", "mb_per_core_s"),
     ("latency", "p99_ms"),
     ("latency", "common_p99_ms"),
+    ("latency", "unbatched_p99_ms"),
     ("backlog", "mb_per_s"),
     ("backlog", "mb_per_core_s"),
     ("fanout", "mb_per_s"),
@@ -298,13 +307,14 @@ def charts(systems: dict[str, Results], directory: Path) -> list[Path]:
     figure.savefig(throughput, dpi=120)
     plt.close(figure)
 
-    figure, panels = plt.subplots(1, 2, figsize=(14, 5), sharey=True)
+    figure, panels = plt.subplots(1, 3, figsize=(20, 5), sharey=True)
     quantiles = [*CDF_QUANTILES, 1.0]
     nines = [-math.log10(max(1 - q, 1e-5)) for q in quantiles]
     ticks = [0, 0.5, 0.9, 0.99, 0.999, 0.9999]
     for axes, key, title in (
         (panels[0], "cdf_ms", "at half of each system's maximum rate"),
         (panels[1], "common_cdf_ms", "at 5,000 records/s for every system"),
+        (panels[2], "unbatched_cdf_ms", "at 1,000 records/s, linger.ms=0"),
     ):
         for name in names:
             cdf = systems[name].get("latency", {}).get(key)

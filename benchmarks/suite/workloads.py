@@ -12,7 +12,10 @@ ran, the cost side of the comparison.
    (one-second) warm-up, and a reader
    in another process from the topic's end; produce-to-consume latency
    percentiles (the stamps are CLOCK_MONOTONIC, one clock for the machine).
-   Then the same at :data:`COMMON_RATE` for :attr:`Sizes.common_latency_s`.
+   Then the same at :data:`COMMON_RATE` for :attr:`Sizes.common_latency_s`,
+   and at :data:`UNBATCHED_RATE` with ``linger.ms=0`` for
+   :attr:`Sizes.unbatched_latency_s` (the Kafka clients then send each record
+   as it comes, as the peers' clients do at every rate).
 3. ``backlog``: fill a topic with :attr:`Sizes.backlog_bytes` flat out
    (two producers), then one consumer reads it all from the start.
 4. ``fanout``: three consumer groups (one consumer each, own processes)
@@ -50,6 +53,10 @@ COMMON_RATE = 5000.0
 """Records/s of (2)'s second measure, the same for every system: each system's half
 maximum differs (Shoal RF=1's is ten times NATS's), and so does the load on the
 machine its latency is measured under."""
+UNBATCHED_RATE = 1000.0
+"""Records/s of (2)'s third measure, with ``linger.ms=0``: a modest rate at which every
+record is a request of its own, so latency is compared without client batching."""
+UNBATCHED_LINGER_MS = 0
 WORKER_TIMEOUT_S = 600.0
 FILL_PRODUCERS = 2
 """Producers that fill the backlog together: one Python client is the bound for some peers."""
@@ -66,6 +73,7 @@ class Sizes:
     runs: int = 3
     latency_s: float = 8.0
     common_latency_s: float = 6.0
+    unbatched_latency_s: float = 10.0
     backlog_bytes: int = 2 * 1024**3
     fanout_records: int = 200_000
     partitions: int = 100
@@ -101,6 +109,7 @@ class Sizes:
             runs=self.runs,
             latency_s=max(1.0, self.latency_s * factor),
             common_latency_s=max(1.0, self.common_latency_s * factor),
+            unbatched_latency_s=max(1.0, self.unbatched_latency_s * factor),
             backlog_bytes=max(RECORD_SIZE * 1000, int(self.backlog_bytes * factor)),
             fanout_records=n(self.fanout_records),
             partitions=self.partitions,
@@ -275,17 +284,34 @@ def _one_producer(
 def latency(
     target: Target, sizes: Sizes, max_records_per_s: float, progress: Callable[[str], None]
 ) -> dict[str, Any]:
-    """(2) at half of this system's maximum, and at :data:`COMMON_RATE` for every system."""
+    """(2) at half of this system's maximum, at :data:`COMMON_RATE` for every system, and
+    at :data:`UNBATCHED_RATE` without lingering."""
     half = _latency_at(target, max_records_per_s / 2, sizes.latency_s, sizes, progress)
     common = _latency_at(target, COMMON_RATE, sizes.common_latency_s, sizes, progress)
-    return {**half, **{f"common_{key}": value for key, value in common.items()}}
+    unbatched = _latency_at(
+        target, UNBATCHED_RATE, sizes.unbatched_latency_s, sizes, progress,
+        linger_ms=UNBATCHED_LINGER_MS,
+    )  # fmt: skip
+    return {
+        **half,
+        **{f"common_{key}": value for key, value in common.items()},
+        **{f"unbatched_{key}": value for key, value in unbatched.items()},
+    }
 
 
 def _latency_at(
-    target: Target, rate: float, seconds: float, sizes: Sizes, progress: Callable[[str], None]
+    target: Target,
+    rate: float,
+    seconds: float,
+    sizes: Sizes,
+    progress: Callable[[str], None],
+    linger_ms: int | None = None,
 ) -> dict[str, Any]:
+    """Produce-to-consume latency at ``rate``; ``linger_ms`` replaces the Kafka clients'
+    :data:`~shoal.benchmarks.suite.worker.LINGER_MS` (the peers' clients never linger)."""
     topic = create_topic(target, "latency", 1)
-    progress(f"latency at {rate:,.0f} records/s")
+    lingering = "" if linger_ms is None else f", linger.ms={linger_ms}"
+    progress(f"latency at {rate:,.0f} records/s{lingering}")
     records = int(rate * seconds)
     run_id = uuid.uuid4().bytes[:8].hex()
     reader = _spec(target, "read-latencies", topic, records, run_id=run_id)
@@ -293,6 +319,8 @@ def _latency_at(
         target, "produce", topic, records, rate=rate, run_id=run_id,
         warmup=int(rate * sizes.latency_warmup_s), start_at=time.time() + START_DELAY_S,
     )  # fmt: skip
+    if linger_ms is not None:
+        producer["linger_ms"] = linger_ms
     with ServerCpu(target) as cpu:
         read, wrote = _workers([reader, producer])
     result = wrote["result"]
