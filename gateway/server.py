@@ -354,7 +354,6 @@ class Gateway:
         port = listener.port if node_id is None else listener.broker_port(node_id)
 
         async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            await services.login_turns.take()
             session = ClientSession(services, listener, node_id, reader, writer)
             task = asyncio.current_task()
             assert task is not None

@@ -210,6 +210,7 @@ class ClientSession:
         writer_task = asyncio.create_task(self._write_answers())
         reason = "client closed the connection"
         try:
+            await self.services.login_turns.take()  # the new connection's first step
             timeout_s = self.services.config.authentication_timeout_ms / 1000
             try:
                 async with asyncio.timeout(timeout_s) as self._auth_deadline:
