@@ -6,8 +6,7 @@ millisecond each. A thousand clients logging in at once put dozens of those
 steps in every round of the event loop, and a produce request of a session
 already in waits behind all of them, twice (its request, then its answer):
 a neighbour's produce p99 went from 2 ms to 13-23 ms during a storm of a thousand
-(to 5-10 ms with the turns, the accepts and the low-priority hash of
-:mod:`shoal.tenancy.verifier`). The event loop
+(5-11 ms with the turns and the accepts below). The event loop
 has no priorities, so the steps of logins take turns instead: at most
 :data:`TURNS_PER_ROUND` of them start in one round of the loop, and the rest
 wait for the next rounds. Logins take a little longer in a storm; sessions that
@@ -18,15 +17,18 @@ holds nothing): it is given back when the loop's next round begins.
 
 Accepting is the other half: asyncio accepts up to a server's ``backlog``
 connections in one callback (and starts a task for each), which took 3-9 ms
-of one round when a storm's connections queued up. Listeners accept
-:data:`ACCEPTS_PER_ROUND` per round instead, while the kernel still queues
-:data:`LISTEN_BACKLOG` for them (:func:`listen_deeply`).
+of one round when a storm's connections queued up. Each listening socket
+accepts :data:`ACCEPTS_PER_ROUND` per round instead, while the kernel still
+queues up to :data:`LISTEN_BACKLOG` for it (:func:`listen_deeply`; Linux caps
+it at ``net.core.somaxconn``).
+
+The turns are for SASL logins (and re-authentication); TLS handshakes,
+asyncio's or :mod:`shoal.gateway.tls_stream`'s, take none.
 """
 
 from __future__ import annotations
 
 import asyncio
-import socket
 from typing import Final
 
 TURNS_PER_ROUND: Final = 2
@@ -54,6 +56,6 @@ def listen_deeply(server: asyncio.Server) -> None:
     """Give ``server``'s sockets a kernel queue of :data:`LISTEN_BACKLOG`: asyncio set it
     to the ``backlog`` it accepts per round, which would drop a storm's connections."""
     for listening in server.sockets:
-        # asyncio's wrapper has no listen(); a duplicate descriptor reaches the same socket.
-        with socket.fromfd(listening.fileno(), listening.family, listening.type) as same:
+        # asyncio's wrapper offers no listen(); a duplicate reaches the same socket.
+        with listening.dup() as same:
             same.listen(LISTEN_BACKLOG)

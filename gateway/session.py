@@ -210,7 +210,6 @@ class ClientSession:
         writer_task = asyncio.create_task(self._write_answers())
         reason = "client closed the connection"
         try:
-            await self.services.login_turns.take()  # the new connection's first step
             timeout_s = self.services.config.authentication_timeout_ms / 1000
             try:
                 async with asyncio.timeout(timeout_s) as self._auth_deadline:
@@ -439,7 +438,7 @@ class ClientSession:
         await self._answer(header, api, api.response(error_code=E.none, mechanisms=MECHANISMS))
         self._scram = None
         while True:
-            header, api, body = self._decode(await self._read_frame(), _AUTH_APIS)
+            header, api, body = self._decode(await self._read_login_frame(), _AUTH_APIS)
             if header.api_key != SASL_AUTHENTICATE:
                 raise _ClosedError(
                     "re-authentication: SaslHandshake not followed by SaslAuthenticate"

@@ -10,10 +10,7 @@ never the secret, only an HMAC of it under a key this process drew at
 random and never stores, so the cache is useless to anyone who reads
 memory dumps or logs. Failed checks are not remembered (a wrong secret
 always pays the full hash, which also slows guessing). The hash runs in a
-worker thread so the event loop keeps serving, at the lowest CPU priority: a
-hash is 65 ms of a core, and a new key's first login (or a wrong secret) must
-not take it from the traffic of connections already in (measured: the first
-login of a storm held a neighbour's produce up by 10-17 ms while it hashed).
+worker thread so the event loop keeps serving.
 
 A revoked or deleted key is refused at its next check after the cache entry
 ends; the gateway additionally closes open connections of revoked keys.
@@ -24,11 +21,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
-import os
 import secrets
-import threading
 from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Final
 
@@ -37,17 +31,6 @@ from shoal.tenancy.secrets import verify_secret
 
 DEFAULT_TTL_S: Final = 10.0
 _MAX_ENTRIES: Final = 100_000
-_HASHING_THREADS: Final = 2
-
-
-def _lowest_priority() -> None:
-    # Linux gives each thread its own nice value; lowering it needs no privilege.
-    os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-
-
-_HASHING: Final = ThreadPoolExecutor(
-    _HASHING_THREADS, thread_name_prefix="key-hash", initializer=_lowest_priority
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,8 +82,7 @@ class KeyVerifier:
         if key is None or key.revoked:
             self._remembered.pop(key_id, None)
             return None
-        loop = asyncio.get_running_loop()
-        if not await loop.run_in_executor(_HASHING, verify_secret, secret, key.secret_hash):
+        if not await asyncio.to_thread(verify_secret, secret, key.secret_hash):
             return None
         now = self.clock()
         if len(self._remembered) >= _MAX_ENTRIES:

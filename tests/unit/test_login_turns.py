@@ -67,7 +67,7 @@ async def test_a_login_waiting_for_its_client_holds_no_turn() -> None:
         stuck.cancel()
 
 
-async def test_a_listener_accepting_a_few_per_round_still_queues_a_storm_in_the_kernel() -> None:
+async def test_a_listener_with_a_small_accept_backlog_still_queues_a_storm_in_the_kernel() -> None:
     accepted: list[asyncio.StreamWriter] = []
     all_accepted = asyncio.Event()
 
