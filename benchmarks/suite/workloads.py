@@ -315,12 +315,12 @@ def _latency_at(
     records = int(rate * seconds)
     run_id = uuid.uuid4().bytes[:8].hex()
     reader = _spec(target, "read-latencies", topic, records, run_id=run_id)
+    lingers = {} if linger_ms is None else {"linger_ms": linger_ms}
     producer = _spec(
         target, "produce", topic, records, rate=rate, run_id=run_id,
         warmup=int(rate * sizes.latency_warmup_s), start_at=time.time() + START_DELAY_S,
+        **lingers,
     )  # fmt: skip
-    if linger_ms is not None:
-        producer["linger_ms"] = linger_ms
     with ServerCpu(target) as cpu:
         read, wrote = _workers([reader, producer])
     result = wrote["result"]
