@@ -28,6 +28,11 @@ ratios to the p99 alone, the machine's load average in each phase, and the
 limits from ``../shared/tools/limits`` measured in the same invocation. The
 goal (issue 26): beside the throttled aggressor and after it, the victim's
 p99 within 1.5 times its p99 alone. The JSON lands in ``benchmarks/results/``.
+
+With ``--keep`` the temporary directory stays, with the logs and, for each run
+i, ``victim-acks-i.txt`` and ``victim-e2e-i.txt`` (send time, milliseconds per
+record) and ``phases-i.json`` (each phase's name, measured start and end, load):
+enough to see when in a phase a stall came.
 """
 
 from __future__ import annotations
@@ -185,10 +190,14 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def one_run(
-    bootstrap: str, keys: dict[str, tuple[str, str]], args: argparse.Namespace, root: Path
+    bootstrap: str,
+    keys: dict[str, tuple[str, str]],
+    args: argparse.Namespace,
+    root: Path,
+    index: int,
 ) -> list[Phase]:
     context = multiprocessing.get_context("spawn")
-    acks_path, e2e_path = root / "victim-acks.txt", root / "victim-e2e.txt"
+    acks_path, e2e_path = root / f"victim-acks-{index}.txt", root / f"victim-e2e-{index}.txt"
     stop_victim = context.Event()
     victims = [
         context.Process(
@@ -239,6 +248,7 @@ def one_run(
     stop_victim.set()
     for process in victims:
         process.join(30)
+    (root / f"phases-{index}.json").write_text(json.dumps(bounds))
     ack_rows = _samples(acks_path)
     e2e_rows = _samples(e2e_path)
     phases = []
@@ -306,7 +316,7 @@ def main() -> None:
                 for run in range(args.runs):
                     if run:
                         time.sleep(BETWEEN_RUNS_S)
-                    runs.append(one_run(gw.bootstrap, keys, args, root))
+                    runs.append(one_run(gw.bootstrap, keys, args, root, run))
                     print(f"run {run}: {[vars(p) for p in runs[-1]]}", flush=True)
     except BaseException:
         keep = True
