@@ -7,6 +7,10 @@ ListOffsets' isolation level, and a read_committed Fetch's last stable
 offset and aborted transactions (the broker's producer ids are the ones in
 the batches the client filters with them).
 
+Fetch sessions (KIP-227) end at the gateway: it asks brokers for full
+fetches without a session and answers clients with session id 0, so they keep
+sending full fetches, each checked whole.
+
 A topic the key may not use keeps its slot in the response with
 TOPIC_AUTHORIZATION_FAILED, and the rest of the request goes on to the broker.
 A topic id that is not one of the tenant's topics gets UNKNOWN_TOPIC_ID, the
@@ -42,6 +46,10 @@ from shoal.gateway.apis.base import (
 )
 from shoal.tenancy.model import Operation
 
+NO_SESSION: Final = 0
+INITIAL_EPOCH: Final = 0
+FINAL_EPOCH: Final = -1
+"""A fetch session's epochs (KIP-227): 0 asks for a session, -1 fetches without one."""
 CONSUMER_REPLICA_ID: Final = -1
 """Only consumers fetch through the gateway; replica fetches are the brokers' own."""
 READ_COMMITTED: Final = 1
@@ -116,6 +124,17 @@ def _check_replica(request: Any) -> None:
 async def fetch(ctx: RequestContext, request: Any) -> Step:
     api, ns = ctx.api, ctx.ns
     _check_replica(request)
+    if getattr(request, "session_epoch", FINAL_EPOCH) > INITIAL_EPOCH:
+        # The gateway answers every fetch with session id 0, so no client has a
+        # session to be incremental in: Kafka's answer to an unknown one.
+        return Answer(
+            api.response(
+                throttle_time=NO_THROTTLE,
+                error_code=E.fetch_session_id_not_found,
+                session_id=NO_SESSION,
+                responses=(),
+            )
+        )
     by_id = ctx.version >= 13
     forwarded, refused = [], []
     for topic in request.topics:
@@ -124,11 +143,6 @@ async def fetch(ctx: RequestContext, request: Any) -> Step:
             forwarded.append(topic if by_id else replace(topic, topic=ns.inward(topic.topic)))
         else:
             refused.append((topic, code))
-    forgotten = [
-        topic if by_id else replace(topic, topic=ns.inward(topic.topic))
-        for topic in getattr(request, "forgotten_topics_data", None) or ()
-        if await _fetchable(ctx, topic, by_id) is None
-    ]
     # A refused slot is shaped as the broker shapes a partition for this
     # isolation level: read_committed always carries a (here empty) aborted
     # transactions list, read_uncommitted carries none.
@@ -156,8 +170,12 @@ async def fetch(ctx: RequestContext, request: Any) -> Step:
         for topic, code in refused
     )
     changes: dict[str, Any] = {"topics": tuple(forwarded)}
-    if hasattr(request, "forgotten_topics_data"):
-        changes["forgotten_topics_data"] = tuple(forgotten)
+    if hasattr(request, "session_id"):
+        # Full fetches upstream, never a session: a broker's session id would reach
+        # the client, where it could name the session on any connection, of any
+        # tenant, and an incremental request would skip the checks above for every
+        # partition it does not list.
+        changes.update(session_id=NO_SESSION, session_epoch=FINAL_EPOCH, forgotten_topics_data=())
     if ctx.fetch_cap is not None:
         # One response may not be larger than the consume quota allows (the
         # broker still returns a first batch that is larger, so nothing stalls).
@@ -175,13 +193,17 @@ async def fetch(ctx: RequestContext, request: Any) -> Step:
     if not forwarded and refused:
         return Answer(
             api.response(
-                throttle_time=NO_THROTTLE, error_code=E.none, session_id=0, responses=refusals
+                throttle_time=NO_THROTTLE,
+                error_code=E.none,
+                session_id=NO_SESSION,
+                responses=refusals,
             )
         )
 
     def finish(response: Any) -> Any:
         mine = response.responses if by_id else rename_topics(response.responses, ns)
-        return replace(response, responses=mine + refusals)
+        changes = {"session_id": NO_SESSION} if hasattr(response, "session_id") else {}
+        return replace(response, responses=mine + refusals, **changes)
 
     return Forward(replace(request, **changes), finish)
 

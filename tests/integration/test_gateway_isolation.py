@@ -304,7 +304,9 @@ def produce_request(topics: Sequence[str], value: bytes) -> Any:
     )
 
 
-def fetch_request(version: int, topics: Sequence[str | uuid.UUID]) -> Any:
+def fetch_request(
+    version: int, topics: Sequence[str | uuid.UUID], session_id: int = 0, epoch: int = -1
+) -> Any:
     """Fetch partition 0 of each topic from offset 0 (names up to v12, ids from v13)."""
     cls = request_class(1, version)
     fetch_topic = request_class(1, version, "FetchTopic")
@@ -327,8 +329,8 @@ def fetch_request(version: int, topics: Sequence[str | uuid.UUID]) -> Any:
         min_bytes=0,
         max_bytes=1 << 20,
         isolation_level=0,
-        session_id=0,
-        session_epoch=-1,
+        session_id=session_id,
+        session_epoch=epoch,
         topics=tuple(
             fetch_topic(topic_id=t, partitions=partitions)
             if by_id
@@ -520,6 +522,23 @@ def test_a_s_topic_id_is_unknown_to_b(pair: Pair) -> None:
 
     assert topic_id_of(pair.a, TOPIC) == a_id
     assert_a_untouched(pair)
+
+
+def test_fetch_sessions_end_at_the_gateway(pair: Pair) -> None:
+    """A broker's session id would name the session on any connection, of any tenant: the
+    gateway gives clients none, and refuses an incremental fetch as Kafka refuses an
+    unknown session."""
+    with leader_connection(pair.b, TOPIC) as conn:
+        opened = conn.call(fetch_request(FETCH_BY_NAME_V, [TOPIC], session_id=0, epoch=0))
+        assert (opened.error_code, opened.session_id) == (ErrorCode.none, 0)
+        (topic,) = opened.responses
+        assert sorted(values_in(topic.partitions[0].records)) == sorted(
+            pair.b_values[0::PARTITIONS]
+        )
+        for session_id in (0, 1, 2**31 - 1):
+            refused = conn.call(fetch_request(FETCH_BY_NAME_V, [TOPIC], session_id, epoch=1))
+            assert refused.error_code == ErrorCode.fetch_session_id_not_found
+            assert (refused.session_id, refused.responses) == (0, ())
 
 
 def test_b_s_listings_never_mention_a(pair: Pair, tmp_path: Path) -> None:

@@ -513,13 +513,31 @@ async def test_fetch_by_name_maps_topics_and_refuses_unreadable_ones(version: in
     assert topics["secret"].partitions[0].error_code == ErrorCode.topic_authorization_failed
 
 
-async def test_fetch_by_name_maps_forgotten_topics_too() -> None:
+@pytest.mark.parametrize("version", [12, 13])
+async def test_fetch_goes_to_the_broker_in_full_without_a_session(version: int) -> None:
+    ctx = context(1, version)
+    topic: str | uuid.UUID = ORDERS_ID if version >= 13 else "orders"
+    request = replace(
+        fetch_request(ctx.api, [topic], forgotten=[topic]), session_id=0, session_epoch=0
+    )
+
+    step = await records.fetch(ctx, request)
+
+    sent = broker_receives(ctx.api, step)
+    assert (sent.session_id, sent.session_epoch, sent.forgotten_topics_data) == (0, -1, ())
+    # Even a broker that opened a session anyway gives the client none.
+    broker_answer = replace(fetch_response(ctx.api, [topic]), session_id=777)
+    assert finished(ctx.api, step, broker_answer).session_id == 0
+
+
+async def test_an_incremental_fetch_finds_no_session_at_the_gateway() -> None:
     ctx = context(1, 12)
-    request = fetch_request(ctx.api, ["orders"], forgotten=["audit"])
+    request = replace(fetch_request(ctx.api, ["orders"]), session_id=1234, session_epoch=3)
 
-    sent = broker_receives(ctx.api, await records.fetch(ctx, request))
+    response = answered(ctx.api, await records.fetch(ctx, request))
 
-    assert [t.topic for t in sent.forgotten_topics_data] == ["acme.audit"]
+    assert response.error_code == ErrorCode.fetch_session_id_not_found
+    assert (response.session_id, response.responses) == (0, ())
 
 
 @pytest.mark.parametrize("version", [13, 16])
@@ -572,15 +590,6 @@ async def test_fetch_by_id_of_an_unreadable_own_topic_is_an_authorization_failur
 
     response = answered(ctx.api, step)
     assert response.responses[0].partitions[0].error_code == ErrorCode.topic_authorization_failed
-
-
-async def test_fetch_by_id_drops_forgotten_ids_of_other_tenants() -> None:
-    ctx = context(1, 13)
-    request = fetch_request(ctx.api, [ORDERS_ID], forgotten=[SECRET_ID, THEIRS_ID])
-
-    sent = broker_receives(ctx.api, await records.fetch(ctx, request))
-
-    assert [t.topic_id for t in sent.forgotten_topics_data] == [SECRET_ID]
 
 
 @pytest.mark.parametrize("version", [4, 12, 13, 15, 16])
