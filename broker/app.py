@@ -40,6 +40,7 @@ from shoal.broker.controller.controller import Controller, ControllerSettings
 from shoal.broker.controller.forwarding import ControllerForwarder
 from shoal.broker.coordinator.consumer_coordinator import TopicsView
 from shoal.broker.coordinator.coordinator import GroupCoordinator
+from shoal.broker.fetch_sessions import FetchSessionCache
 from shoal.broker.handlers import API_VERSIONS, build_handlers
 from shoal.broker.handlers.base import BrokerServices
 from shoal.broker.log.cleaner.manager import CleanerSettings
@@ -196,6 +197,7 @@ class Broker:
                 controller,
                 ControllerForwarder(self.node_id, lambda: cache.image),
                 TransactionVerifier(self.node_id, lambda: cache.image, transactions),
+                FetchSessionCache(config.max_incremental_fetch_session_cache_slots),
             )
             try:
                 await self._serve(services, store, controller, stop)
@@ -310,6 +312,7 @@ class Broker:
             lambda: len(self._connections),
             services.transactions,
             watch,
+            services.fetch_sessions,
         )
         host, port = split_host_port(self.config.metrics_listen)
         return await serve_metrics(broker_registry(collector), host, port)

@@ -236,6 +236,12 @@ class BrokerConfig(BaseSettings):
     replica_fetch_backoff_ms: int = Field(
         1000, ge=1, description="Pause after a failed follower fetch (replica.fetch.backoff.ms)."
     )
+    max_incremental_fetch_session_cache_slots: int = Field(
+        1000,
+        ge=0,
+        description="Fetch sessions (KIP-227) this broker keeps for followers and consumers;"
+        " 0 turns sessions off (max.incremental.fetch.session.cache.slots).",
+    )
     auto_leader_rebalance_enable: bool = Field(
         True,
         description="Move leadership back to preferred replicas (auto.leader.rebalance.enable).",

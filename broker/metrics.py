@@ -30,6 +30,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 from shoal.broker.cluster.cache import MetadataCache
 from shoal.broker.cluster.model import NO_LEADER, NodeId
+from shoal.broker.fetch_sessions import FetchSessionCache
 from shoal.broker.loop_watch import LoopWatch
 from shoal.broker.replica_manager import ReplicaManager
 from shoal.broker.txn.coordinator import TransactionCoordinator
@@ -90,9 +91,11 @@ class BrokerCollector(Collector):
         connections: Callable[[], int],
         transactions: TransactionCoordinator,
         loop_watch: LoopWatch | None = None,
+        fetch_sessions: FetchSessionCache | None = None,
     ) -> None:
         self.node_id = node_id
         self.loop_watch = loop_watch
+        self.fetch_sessions = fetch_sessions
         self.replicas = replicas
         self.cache = cache
         self.requests = requests
@@ -127,6 +130,8 @@ class BrokerCollector(Collector):
                 self.loop_watch.stalls,
             )
         yield _gauge("shoal_broker_leader_partitions", "Partitions this broker leads.", leaders)
+        if self.fetch_sessions is not None:
+            yield from _fetch_sessions(self.fetch_sessions)
         yield _gauge(
             "shoal_broker_under_replicated_partitions",
             "Partitions led here whose ISR is smaller than their replica set.",
@@ -260,6 +265,21 @@ class BrokerCollector(Collector):
             "Partitions with no live leader (reported by the active controller only).",
             offline,
         )
+
+
+def _fetch_sessions(cache: FetchSessionCache) -> Iterable[Any]:
+    sessions = cache.sessions.values()
+    yield _gauge("shoal_broker_fetch_sessions", "Fetch sessions (KIP-227) cached.", len(sessions))
+    yield _gauge(
+        "shoal_broker_fetch_session_partitions",
+        "Partitions in the cached fetch sessions.",
+        sum(len(session.partitions) for session in sessions),
+    )
+    yield _counter(
+        "shoal_broker_fetch_session_evictions",
+        "Fetch sessions evicted to make room for another.",
+        cache.evictions,
+    )
 
 
 def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:

@@ -21,6 +21,7 @@ from shoal.broker.config import BrokerConfig
 from shoal.broker.controller.controller import Controller
 from shoal.broker.controller.forwarding import ControllerForwarder
 from shoal.broker.coordinator.coordinator import GroupCoordinator
+from shoal.broker.fetch_sessions import FetchSessionCache
 from shoal.broker.partition import NotLeaderError, Partition, UnknownPartitionError
 from shoal.broker.producer_ids import ProducerIdManager
 from shoal.broker.replica_manager import ReplicaManager
@@ -72,6 +73,7 @@ class BrokerServices:
     controller: Controller
     forwarder: ControllerForwarder
     verifier: TransactionVerifier
+    fetch_sessions: FetchSessionCache
 
     @property
     def image(self) -> ClusterImage:

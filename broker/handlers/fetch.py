@@ -15,8 +15,13 @@ Semantics, as Kafka's:
   offset, and get the aborted transactions (producer id, first offset)
   overlapping what they read, so they can drop those records; every answer
   carries the partition's real last stable offset.
-* Fetch sessions (KIP-227) are not offered: every answer carries session id
-  0, which tells the client to keep sending full fetch requests.
+* Fetch sessions (KIP-227, :mod:`shoal.broker.fetch_sessions`): a request
+  at epoch 0 gets a session id, and later requests of that session name only
+  the partitions that changed; an incremental answer carries only partitions
+  with records, news (high watermark, log start, last stable offset) or an
+  error. A follower's position is recorded for every partition of its
+  session, named in the request or not, so an idle partition's followers stay
+  in the ISR.
 * A consumer fetching with a version below 10 from a topic whose
   compression.type is zstd gets UNSUPPORTED_COMPRESSION_TYPE, as from Kafka:
   such clients predate zstd, and every batch there is zstd.
@@ -30,10 +35,17 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from shoal.broker.cluster.model import NodeId
+from shoal.broker.fetch_sessions import (
+    FINAL_EPOCH,
+    NO_SESSION,
+    FetchContext,
+    PartitionKey,
+    WantedPartition,
+)
 from shoal.broker.handlers.base import (
     NO_THROTTLE,
     BrokerServices,
@@ -48,26 +60,17 @@ from shoal.broker.partition import Partition, PartitionError
 
 from shoal.wire import ErrorCode, FileRegion, RecordsSplicer
 
+SESSION_VERSION: Final = 7
+"""The first Fetch version with sessions (KIP-227)."""
+TOPIC_ID_VERSION: Final = 13
 ZSTD_MIN_VERSION: Final = 10
 """The first Fetch version whose clients read zstd (KIP-110)."""
 READ_COMMITTED: Final = 1
 
 
 @dataclass(frozen=True, slots=True)
-class _Wanted:
-    name: str | None
-    topic_id: uuid.UUID | None
-    index: int
-    offset: int
-    max_bytes: int
-    current_leader_epoch: int
-    log_start_offset: int
-    """A follower's own log start (replica fetches); -1 from consumers."""
-
-
-@dataclass(frozen=True, slots=True)
 class _Result:
-    wanted: _Wanted
+    wanted: WantedPartition
     code: ErrorCode
     high_watermark: int = -1
     log_start_offset: int = -1
@@ -75,19 +78,19 @@ class _Result:
     last_stable_offset: int = -1
     aborted: tuple[AbortedTxn, ...] | None = None
 
+    @property
+    def has_records(self) -> bool:
+        return self.records is not None and self.records.size > 0
+
 
 async def handle_fetch(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     version = ctx.version
     replica_id = request.replica_state.replica_id if version >= 15 else request.replica_id
-    if version >= 7 and request.session_id != 0:
-        return ctx.api.response(
-            throttle_time=NO_THROTTLE,
-            error_code=E.fetch_session_id_not_found,
-            session_id=0,
-            responses=(),
-        )
-    wanted = _wanted(services, request)
-    refused: dict[_Wanted, ErrorCode] = {}
+    context = _session_context(services, ctx, request, replica_id)
+    if isinstance(context, ErrorCode):
+        return _refusal(ctx, context)
+    wanted = context.partitions
+    refused: dict[WantedPartition, ErrorCode] = {}
     if replica_id >= 0:
         refused = dict.fromkeys(
             _record_replica_positions(services, wanted, replica_id), E.not_leader_or_follower
@@ -112,19 +115,61 @@ async def handle_fetch(services: BrokerServices, ctx: RequestContext, request: A
             if w.name is not None and (p := services.replicas.get(w.name, w.index)) is not None
         }
         await _wait_for_data(partitions, remaining)
-    return _response(ctx, request, results)
+    answered = context.answer(results)
+    if isinstance(answered, ErrorCode):
+        return _refusal(ctx, answered)
+    session_id, carried = answered
+    return _response(ctx, request, carried, session_id)
 
 
-def _wanted(services: BrokerServices, request: Any) -> list[_Wanted]:
+def _session_context(
+    services: BrokerServices, ctx: RequestContext, request: Any, replica_id: int
+) -> FetchContext | ErrorCode:
+    by_id = ctx.version >= TOPIC_ID_VERSION
+    has_session = ctx.version >= SESSION_VERSION
+    context = services.fetch_sessions.context(
+        request.session_id if has_session else 0,
+        request.session_epoch if has_session else FINAL_EPOCH,
+        _wanted(services, request),
+        _forgotten(request, by_id) if has_session else (),
+        uses_topic_ids=by_id,
+        privileged=replica_id >= 0,
+    )
+    if isinstance(context, FetchContext) and by_id and context.session is not None:
+        # A partition an earlier request named carries the name its id had then.
+        context.partitions = [_renamed(services, w) for w in context.partitions]
+    return context
+
+
+def _renamed(services: BrokerServices, want: WantedPartition) -> WantedPartition:
+    name = None if want.topic_id is None else services.image.topic_ids.get(want.topic_id)
+    return want if name == want.name else replace(want, name=name)
+
+
+def _refusal(ctx: RequestContext, code: ErrorCode) -> Any:
+    return ctx.api.response(
+        throttle_time=NO_THROTTLE, error_code=code, session_id=NO_SESSION, responses=()
+    )
+
+
+def _forgotten(request: Any, by_id: bool) -> list[PartitionKey]:
+    return [
+        (topic.topic_id if by_id else topic.topic, index)
+        for topic in request.forgotten_topics_data or ()
+        for index in topic.partitions
+    ]
+
+
+def _wanted(services: BrokerServices, request: Any) -> list[WantedPartition]:
     image = services.image
-    wanted: list[_Wanted] = []
+    wanted: list[WantedPartition] = []
     for topic in request.topics:
         topic_id = getattr(topic, "topic_id", None)
         name = getattr(topic, "topic", None)
         if topic_id is not None:
             name = image.topic_ids.get(topic_id)
         wanted.extend(
-            _Wanted(
+            WantedPartition(
                 name,
                 topic_id,
                 p.partition,
@@ -139,8 +184,8 @@ def _wanted(services: BrokerServices, request: Any) -> list[_Wanted]:
 
 
 def _record_replica_positions(
-    services: BrokerServices, wanted: list[_Wanted], replica_id: int
-) -> set[_Wanted]:
+    services: BrokerServices, wanted: list[WantedPartition], replica_id: int
+) -> set[WantedPartition]:
     """Note each partition's follower position; the wanted entries to refuse."""
     refused = set()
     for want in wanted:
@@ -157,7 +202,7 @@ def _record_replica_positions(
     return refused
 
 
-def _zstd_topics(services: BrokerServices, wanted: list[_Wanted]) -> list[_Wanted]:
+def _zstd_topics(services: BrokerServices, wanted: list[WantedPartition]) -> list[WantedPartition]:
     """The partitions of topics whose compression.type is zstd (Kafka checks the config,
     not the batches)."""
     found = []
@@ -170,11 +215,11 @@ def _zstd_topics(services: BrokerServices, wanted: list[_Wanted]) -> list[_Wante
 
 def _read_all(
     services: BrokerServices,
-    wanted: list[_Wanted],
+    wanted: list[WantedPartition],
     max_bytes: int,
     to_log_end: bool,
     read_committed: bool,
-    refused: dict[_Wanted, ErrorCode],
+    refused: dict[WantedPartition, ErrorCode],
 ) -> list[_Result]:
     budget = max_bytes
     first = True
@@ -195,7 +240,7 @@ def _read_all(
 
 def _read_one(
     services: BrokerServices,
-    want: _Wanted,
+    want: WantedPartition,
     max_bytes: int,
     min_one: bool,
     to_log_end: bool,
@@ -249,7 +294,9 @@ def _aborted(api: Any, result: _Result) -> tuple[Any, ...]:
     )
 
 
-def _response(ctx: RequestContext, request: Any, results: list[_Result]) -> Spliced:
+def _response(
+    ctx: RequestContext, request: Any, results: list[_Result], session_id: int
+) -> Spliced:
     api = ctx.api
     splicer = RecordsSplicer()
     read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
@@ -278,6 +325,6 @@ def _response(ctx: RequestContext, request: Any, results: list[_Result]) -> Spli
         for (name, topic_id), parts in by_topic.items()
     )
     body = api.response(
-        throttle_time=NO_THROTTLE, error_code=E.none, session_id=0, responses=topics
+        throttle_time=NO_THROTTLE, error_code=E.none, session_id=session_id, responses=topics
     )
     return Spliced(body, splicer)

@@ -2407,3 +2407,102 @@ def consumer_group_heartbeat_errors(env: Endpoint) -> Observation:
         out["classic_join"] = code(classic_member)
         out["heartbeat_to_classic_group"] = code(beat(conn, "m1", 0, group=classic, **join_fields))
     return out
+
+
+@scenario(doors=("direct",))
+def fetch_sessions(env: Endpoint) -> Observation:
+    """Fetch sessions (KIP-227) with raw Fetch v12 requests to one leader: a session opened,
+    incremental fetches that carry only what changed, a forgotten partition, a stale epoch,
+    an unknown session, and the session closed."""
+    from datetime import timedelta
+
+    from raw_kafka import RawConnection, request_class
+
+    topic = create_topic(env, "fetch-sessions", partitions=6)
+    metadata = env.admin().list_topics(topic, timeout=TIMEOUT_S)
+    by_leader: dict[int, list[int]] = {}
+    for index, part in sorted(metadata.topics[topic].partitions.items()):
+        by_leader.setdefault(part.leader, []).append(index)
+    leader, (first, second, *_) = max(by_leader.items(), key=lambda item: len(item[1]))
+    address = metadata.brokers[leader]
+    fetch = request_class(1, 12)
+    fetch_topic = request_class(1, 12, "FetchTopic")
+    fetch_partition = request_class(1, 12, "FetchPartition")
+    forgotten_topic = request_class(1, 12, "ForgottenTopic")
+
+    def wanted(index: int, offset: int) -> Any:
+        return fetch_partition(
+            partition=index,
+            current_leader_epoch=-1,
+            fetch_offset=offset,
+            last_fetched_epoch=-1,
+            log_start_offset=-1,
+            partition_max_bytes=1 << 20,
+        )
+
+    def call(
+        conn: RawConnection,
+        session_id: int,
+        epoch: int,
+        partitions: dict[int, int],
+        forget: tuple[int, ...] = (),
+    ) -> Any:
+        return conn.call(
+            fetch(
+                replica_id=-1,
+                max_wait=timedelta(0),
+                min_bytes=0,
+                max_bytes=1 << 20,
+                isolation_level=0,
+                session_id=session_id,
+                session_epoch=epoch,
+                topics=(
+                    (
+                        fetch_topic(
+                            topic=topic,
+                            partitions=tuple(wanted(i, o) for i, o in partitions.items()),
+                        ),
+                    )
+                    if partitions
+                    else ()
+                ),
+                forgotten_topics_data=(
+                    (forgotten_topic(topic=topic, partitions=forget),) if forget else ()
+                ),
+                rack_id="",
+            )
+        )
+
+    def view(response: Any) -> Observation:
+        carried = sorted(
+            (
+                {
+                    "partition": "first" if p.partition_index == first else "second",
+                    "error": p.error_code.name,
+                    "high_watermark": p.high_watermark,
+                    "records": bool(p.records),
+                }
+                for t in response.responses
+                for p in t.partitions
+            ),
+            key=lambda p: p["partition"],
+        )
+        return {"error": response.error_code.name, "partitions": carried}
+
+    produce(env, topic, [{"value": b"a", "partition": first}, {"value": b"b", "partition": first}])
+    out: dict[str, Any] = {}
+    with RawConnection(f"{address.host}:{address.port}") as conn:
+        opened = call(conn, 0, 0, {first: 0, second: 0})
+        session = opened.session_id
+        out["open"] = {**view(opened), "has_session": session != 0}
+        out["nothing_new"] = view(call(conn, session, 1, {first: 2}))
+        produce(env, topic, [{"value": b"c", "partition": second}])
+        out["new_records_unlisted"] = view(call(conn, session, 2, {}))
+        out["stale_epoch"] = view(call(conn, session, 2, {}))
+        produce(env, topic, [{"value": b"d", "partition": second}])
+        out["forgotten"] = view(call(conn, session, 3, {}, forget=(second,)))
+        out["unknown_session"] = view(call(conn, session ^ 0x5A5A5A, 1, {}))
+        closed = call(conn, session, -1, {first: 2, second: 0})
+        out["closed"] = {**view(closed), "session_id": closed.session_id}
+        out["after_close"] = view(call(conn, session, 4, {}))
+    return out

@@ -17,6 +17,7 @@ from types import SimpleNamespace
 
 import pytest
 from shoal.broker.cluster.model import NodeId, PartitionState
+from shoal.broker.fetch_sessions import FetchSessionCache
 from shoal.broker.handlers.fetch import handle_fetch
 from shoal.broker.handlers.offsets import LATEST, list_offset
 from shoal.broker.log.cleaner.batches import DELETE_HORIZON_BIT
@@ -562,6 +563,8 @@ def _fetch_request(isolation_level: int, offset: int = 0) -> SimpleNamespace:
     return SimpleNamespace(
         replica_id=-1,
         session_id=0,
+        session_epoch=-1,
+        forgotten_topics_data=(),
         max_wait=datetime.timedelta(0),
         min_bytes=0,
         max_bytes=1 << 20,
@@ -582,7 +585,9 @@ async def test_fetch_answers_the_lso_and_aborted_txns_for_read_committed(
     leader, helpers, isolation_level
 ) -> None:
     _open_and_aborted(leader, helpers)
-    services = SimpleNamespace(partition=lambda name, index: leader, image=None)
+    services = SimpleNamespace(
+        partition=lambda name, index: leader, image=None, fetch_sessions=FetchSessionCache(0)
+    )
     ctx = SimpleNamespace(version=12, api=schema(1, 12))
     answer = await handle_fetch(services, ctx, _fetch_request(isolation_level))
     (topic,) = answer.body.responses
