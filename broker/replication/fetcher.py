@@ -8,6 +8,12 @@ appends what comes back as it is, and takes the leader's high watermark and
 log start offset (DeleteRecords on the leader moves the followers' too; the
 leader's answer waits until their fetches report it).
 
+Each fetcher holds a fetch session with its leader (KIP-227,
+:mod:`shoal.broker.replication.follower_session`): after the first request,
+one names only the partitions whose position changed, and the answer carries
+only partitions with records or news, so a follower of many quiet partitions
+pays for the busy ones only.
+
 A response is applied only to partitions still followed under the epoch the
 request was sent for: a role change while the request was out wins.
 """
@@ -26,10 +32,16 @@ from shoal.broker.cluster.model import NodeId
 from shoal.broker.log.log import LogError
 from shoal.broker.partition import Partition
 from shoal.broker.replication.channel import ChannelError, KafkaChannel, PeerLink
+from shoal.broker.replication.follower_session import (
+    SESSION_ERRORS,
+    FollowerSession,
+    PartitionState,
+    SessionRequest,
+)
 from shoal.broker.replication.truncation import truncation_offset
 from shoal.broker.tasks import cancel_and_wait
 
-from shoal.wire import ErrorCode, schema
+from shoal.wire import ApiSchema, ErrorCode, schema
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +75,51 @@ class _Followed:
     paused_until: float = 0.0
 
 
+def _state(followed: _Followed) -> PartitionState:
+    plog = followed.partition.log
+    return PartitionState(
+        plog.log_end_offset, plog.log_start_offset, followed.epoch, plog.epochs.latest_epoch
+    )
+
+
+def _fetch_request(api: ApiSchema, settings: FetcherSettings, session: SessionRequest) -> Any:
+    topics: dict[str, list[Any]] = {}
+    for (topic, index), state in session.send.items():
+        topics.setdefault(topic, []).append(
+            api.make_request(
+                "FetchPartition",
+                partition=index,
+                current_leader_epoch=state.current_leader_epoch,
+                fetch_offset=state.fetch_offset,
+                last_fetched_epoch=state.last_fetched_epoch,
+                log_start_offset=state.log_start_offset,
+                partition_max_bytes=settings.partition_max_bytes,
+            )
+        )
+    forgotten: dict[str, list[int]] = {}
+    for topic, index in session.forgotten:
+        forgotten.setdefault(topic, []).append(index)
+    return api.request(
+        cluster_id=None,
+        replica_id=settings.node_id,
+        max_wait=timedelta(milliseconds=settings.max_wait_ms),
+        min_bytes=settings.min_bytes,
+        max_bytes=settings.max_bytes,
+        isolation_level=0,
+        session_id=session.session_id,
+        session_epoch=session.epoch,
+        topics=tuple(
+            api.make_request("FetchTopic", topic=name, partitions=tuple(parts))
+            for name, parts in topics.items()
+        ),
+        forgotten_topics_data=tuple(
+            api.make_request("ForgottenTopic", topic=name, partitions=tuple(parts))
+            for name, parts in forgotten.items()
+        ),
+        rack_id="",
+    )
+
+
 class ReplicaFetcher:
     """Fetches every partition this broker follows on one leader."""
 
@@ -82,6 +139,7 @@ class ReplicaFetcher:
         self._link = PeerLink(f"shoal-replica-{settings.node_id}")
         self._task: asyncio.Task[None] | None = None
         self._closed = False
+        self._session = FollowerSession()
 
     def add(self, partition: Partition) -> None:
         tp = (partition.topic, partition.index)
@@ -216,46 +274,47 @@ class ReplicaFetcher:
             return
         api = schema(1, FETCH_VERSION)
         settings = self.settings
-        topics: dict[str, list[Any]] = {}
-        for (topic, index), followed in sent.items():
-            plog = followed.partition.log
-            topics.setdefault(topic, []).append(
-                api.make_request(
-                    "FetchPartition",
-                    partition=index,
-                    current_leader_epoch=followed.epoch,
-                    fetch_offset=plog.log_end_offset,
-                    last_fetched_epoch=plog.epochs.latest_epoch,
-                    log_start_offset=plog.log_start_offset,
-                    partition_max_bytes=settings.partition_max_bytes,
-                )
-            )
-        request = api.request(
-            cluster_id=None,
-            replica_id=settings.node_id,
-            max_wait=timedelta(milliseconds=settings.max_wait_ms),
-            min_bytes=settings.min_bytes,
-            max_bytes=settings.max_bytes,
-            isolation_level=0,
-            session_id=0,
-            session_epoch=-1,
-            topics=tuple(
-                api.make_request("FetchTopic", topic=name, partitions=tuple(parts))
-                for name, parts in topics.items()
-            ),
-            forgotten_topics_data=(),
-            rack_id="",
-        )
+        session = self._session.next_request({tp: _state(f) for tp, f in sent.items()})
         timeout = (settings.request_timeout_ms + settings.max_wait_ms) / 1000
-        response = await channel.call(api, request, timeout)
-        if response.error_code is not ErrorCode.none:
-            raise ChannelError(f"fetch refused: {response.error_code.name}")
+        try:
+            response = await channel.call(api, _fetch_request(api, settings, session), timeout)
+        except BaseException:
+            self._session.failed()
+            raise
+        code = response.error_code
+        if code in SESSION_ERRORS:
+            # The leader lost our session (restarted, evicted it): fetch in full at once.
+            log.info("event=fetch_session_reset leader=%d error=%s", self.leader, code.name)
+            self._session.failed()
+            return
+        if code is not ErrorCode.none:
+            self._session.failed()
+            raise ChannelError(f"fetch refused: {code.name}")
+        if not self._session.answered(response.session_id):
+            log.info("event=fetch_session_reset leader=%d error=another_session", self.leader)
+            return
+        # The leader now takes everything in this answer as told: a partition not
+        # applied (a role change meanwhile, a failure) puts the session out of step,
+        # and only a full fetch would tell it again.
+        in_step = False
+        try:
+            in_step = self._apply_answer(response, sent)
+        finally:
+            if not in_step:
+                self._session.failed()
+
+    def _apply_answer(self, response: Any, sent: dict[TopicPartition, _Followed]) -> bool:
+        """Apply each partition still followed as it was sent; False if any was not."""
+        applied_all = True
         for topic_result in response.responses:
             for data in topic_result.partitions:
                 tp = (topic_result.topic, data.partition_index)
                 fetched = sent.get(tp)
                 if fetched is not None and self._current(tp, fetched):
                     self._apply_fetched(fetched, data)
+                else:
+                    applied_all = False
+        return applied_all
 
     def _apply_fetched(self, followed: _Followed, data: Any) -> None:
         partition = followed.partition
