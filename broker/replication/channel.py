@@ -43,8 +43,9 @@ class _ResponseFrames(asyncio.BufferedProtocol):
 
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
-        self._reader = FrameReader(MAX_RESPONSE_BYTES)
-        self._frames: collections.deque[bytes | bytearray] = collections.deque()
+        # One request at a time: each response is decoded (records copied out) before the next.
+        self._reader = FrameReader(MAX_RESPONSE_BYTES, reuse_large=True)
+        self._frames: collections.deque[bytes | bytearray | memoryview] = collections.deque()
         self._waiter: asyncio.Future[None] | None = None
         self._ended: Exception | None = None
         self._writable = asyncio.Event()
@@ -92,7 +93,7 @@ class _ResponseFrames(asyncio.BufferedProtocol):
         if self._ended is not None:
             raise self._ended
 
-    async def next_frame(self) -> bytes | bytearray:
+    async def next_frame(self) -> bytes | bytearray | memoryview:
         while not self._frames:
             if self._ended is not None:
                 raise self._ended
@@ -120,6 +121,7 @@ class KafkaChannel:
         self.client_id = client_id
         self._protocol: _ResponseFrames | None = None
         self._correlation_id = 0
+        self._turn = asyncio.Lock()
 
     @property
     def is_open(self) -> bool:
@@ -141,28 +143,46 @@ class KafkaChannel:
             raise ChannelError(f"cannot connect to {self.host}:{self.port}: {exc}") from exc
 
     async def call(self, api: ApiSchema, body: Any, timeout_s: float) -> Any:
-        """Send one request and return the decoded response body."""
-        protocol = self._protocol
-        if protocol is None or protocol.transport is None:
-            raise ChannelError("channel is not open")
-        self._correlation_id = (self._correlation_id + 1) & 0x7FFFFFFF
-        correlation_id = self._correlation_id
-        # asyncio.timeout, not wait_for: on Python 3.11 wait_for can lose a
-        # cancellation that lands as the answer arrives, and a fetcher being
-        # stopped would then keep fetching.
-        try:
-            async with asyncio.timeout(timeout_s):
-                protocol.transport.write(encode_request(api, correlation_id, self.client_id, body))
-                await protocol.drained()
-                frame = await protocol.next_frame()
-            answered, response = decode_response(api, frame)
-        except (OSError, TimeoutError, FrameSizeError, MalformedRequestError) as exc:
-            await self.close()
-            raise ChannelError(f"{self.host}:{self.port}: {exc!r}") from exc
-        if answered != correlation_id:
-            await self.close()
-            raise ChannelError(f"{self.host}:{self.port} answered request {answered}")
-        return response
+        """Send one request and return the decoded response body.
+
+        A channel carries one request at a time; callers that share one (the
+        controller forwarder serves every client connection) take turns.
+        """
+        async with self._turn:
+            protocol = self._protocol
+            if protocol is None or protocol.transport is None:
+                raise ChannelError("channel is not open")
+            self._correlation_id = (self._correlation_id + 1) & 0x7FFFFFFF
+            correlation_id = self._correlation_id
+            request = encode_request(api, correlation_id, self.client_id, body)
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for can lose a
+            # cancellation that lands as the answer arrives, and a fetcher being
+            # stopped would then keep fetching.
+            try:
+                async with asyncio.timeout(timeout_s):
+                    protocol.transport.write(request)
+                    await protocol.drained()
+                    frame = await protocol.next_frame()
+                answered, response = decode_response(api, frame)
+            except (OSError, TimeoutError, FrameSizeError, MalformedRequestError) as exc:
+                self._abort()
+                raise ChannelError(f"{self.host}:{self.port}: {exc!r}") from exc
+            except BaseException:
+                # Cancelled with the request out: its answer may still come, and would be
+                # taken for the next request's (into a buffer the reader reuses).
+                self._abort()
+                raise
+            if answered != correlation_id:
+                self._abort()
+                raise ChannelError(f"{self.host}:{self.port} answered request {answered}")
+            return response
+
+    def _abort(self) -> None:
+        """Drop the connection at once: a failed channel's unsent bytes are worthless, and
+        a close would wait for a peer that may have stopped reading."""
+        protocol, self._protocol = self._protocol, None
+        if protocol is not None and protocol.transport is not None:
+            protocol.transport.abort()
 
     async def close(self) -> None:
         protocol, self._protocol = self._protocol, None

@@ -38,7 +38,9 @@ class CloseConnectionError(Exception):
     """Raised by a dispatcher to drop the connection (Kafka's answer to bad input)."""
 
 
-Dispatch = Callable[[bytes | bytearray, "ConnectionInfo"], Awaitable[list[Chunk] | None]]
+Dispatch = Callable[
+    [bytes | bytearray | memoryview, "ConnectionInfo"], Awaitable[list[Chunk] | None]
+]
 
 
 class ConnectionInfo:
@@ -55,7 +57,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def __init__(self, dispatch: Dispatch, max_request_bytes: int) -> None:
         self._dispatch = dispatch
         self._frames = FrameReader(max_request_bytes)
-        self._queue: asyncio.Queue[bytes | bytearray] = asyncio.Queue()
+        self._queue: asyncio.Queue[bytes | bytearray | memoryview] = asyncio.Queue()
         self._transport: asyncio.Transport | None = None
         self._worker: asyncio.Task[None] | None = None
         self._writable = asyncio.Event()

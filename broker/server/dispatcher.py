@@ -56,7 +56,9 @@ class Dispatcher:
         self.metrics = metrics or RequestMetrics()
         self.tracing = tracing
 
-    async def __call__(self, frame: bytes | bytearray, info: ConnectionInfo) -> list[Chunk] | None:
+    async def __call__(
+        self, frame: bytes | bytearray | memoryview, info: ConnectionInfo
+    ) -> list[Chunk] | None:
         try:
             header, api, body = decode_request(frame, self.versions, trace_context=True)
         except UnsupportedVersionError as exc:

@@ -93,8 +93,9 @@ async def test_a_response_sent_in_pieces_arrives_whole(size: int) -> None:
         await in_pieces(writer, fetch_response(correlation_id, records), 7_001)
 
     async for channel in serve(answer):
-        for _ in range(2):  # the second call reads after the first's buffers were reused
-            response = await channel.call(FETCH, fetch_request(), 10)
+        # Both kept: the second is received into the buffer the first came in.
+        responses = [await channel.call(FETCH, fetch_request(), 10) for _ in range(2)]
+        for response in responses:
             (topic,) = response.responses
             assert bytes(topic.partitions[0].records or b"") == records
             assert response.session_id == 42
@@ -141,3 +142,37 @@ async def test_a_silent_peer_times_out() -> None:
         with pytest.raises(ChannelError, match="TimeoutError"):
             await channel.call(FETCH, fetch_request(), 0.2)
         assert not channel.is_open
+
+
+async def test_callers_sharing_a_channel_take_turns() -> None:
+    async def answer(writer: asyncio.StreamWriter, correlation_id: int) -> None:
+        await asyncio.sleep(0.01)
+        await in_pieces(writer, fetch_response(correlation_id, b"r%d" % correlation_id), 3)
+
+    async for channel in serve(answer):
+        responses = await asyncio.gather(
+            *(channel.call(FETCH, fetch_request(), 10) for _ in range(5))
+        )
+        records = sorted(bytes(r.responses[0].partitions[0].records) for r in responses)
+        assert records == [b"r%d" % i for i in range(1, 6)]
+
+
+async def test_a_call_cancelled_with_its_request_out_drops_the_connection() -> None:
+    request_in = asyncio.Event()
+
+    async def answer(writer: asyncio.StreamWriter, correlation_id: int) -> None:
+        request_in.set()
+        await asyncio.sleep(0.2)
+        writer.write(fetch_response(correlation_id, b"late"))
+        await writer.drain()
+
+    async for channel in serve(answer):
+        call = asyncio.create_task(channel.call(FETCH, fetch_request(), 10))
+        await request_in.wait()
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        # The late answer can never be taken for a later request's.
+        assert not channel.is_open
+        with pytest.raises(ChannelError, match="not open"):
+            await channel.call(FETCH, fetch_request(), 1)

@@ -243,3 +243,25 @@ def test_any_frames_in_any_receive_sizes_come_out_whole_and_in_order(
         frames.extend(bytes(f) for f in reader.received(n))
 
     assert frames == bodies
+
+
+def test_reused_large_buffers_carry_each_frame_whole_and_are_allocated_once() -> None:
+    reader = FrameReader(max_frame_size=1 << 24, staging_size=4_096, reuse_large=True)
+    bodies = _bodies(6, seed=7, max_size=300_000)
+    buffers = set()
+    for body in sorted(bodies, key=len, reverse=True):
+        data = _frame(body)
+        frames = []
+        pos = 0
+        while pos < len(data):
+            buf = reader.get_buffer()
+            n = min(len(buf), len(data) - pos, 10_000)
+            buf[:n] = data[pos : pos + n]
+            pos += n
+            frames.extend(reader.received(n))
+        (frame,) = frames
+        assert bytes(frame) == body
+        if isinstance(frame, memoryview):
+            buffers.add(id(frame.obj))
+    # Largest first, so every later large frame fits the first one's buffer.
+    assert len(buffers) == 1
