@@ -122,6 +122,10 @@ class ApiSchema:
         self._write_response(out, body)
         return out.getvalue()
 
+    def encode_into(self, out: io.BytesIO, body: Any) -> None:
+        """Write a response body to ``out``."""
+        self._write_response(out, body)
+
     def read_request_header(self, frame: memoryview) -> tuple[Any, int]:
         header, size = self._request_header_reader(frame, 0)
         return header, size
@@ -283,6 +287,17 @@ def encode_response(
     ``body`` is a response entity, or bytes a caller encoded (and cached) already.
     """
     head = response_header(header, api)
+    if splicer is None and not isinstance(body, bytes):
+        # Encoded behind a placeholder size, as encode_request does: a relayed fetch
+        # response's records are not copied once more to put the size in front.
+        out = io.BytesIO()
+        out.write(b"\0\0\0\0")
+        out.write(head)
+        api.encode_into(out, body)
+        size = out.tell() - _INT32.size
+        out.seek(0)
+        out.write(_INT32.pack(size))
+        return [out.getvalue()]
     encoded = body if isinstance(body, bytes) else api.encode_body(body)
     if splicer is None:
         return [_INT32.pack(len(head) + len(encoded)) + head + encoded]
