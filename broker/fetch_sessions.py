@@ -49,12 +49,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Protocol, TypeVar
 
-from shoal.wire import ErrorCode
+from shoal.wire import FINAL_EPOCH, INITIAL_EPOCH, NO_SESSION, ErrorCode
 
-INITIAL_EPOCH: Final = 0
-FINAL_EPOCH: Final = -1
-_MAX_EPOCH: Final = 2**31 - 1
-NO_SESSION: Final = 0
+_INT32_MAX: Final = 2**31 - 1
+"""The largest epoch (the next is 1) and the largest session id."""
 DEFAULT_EVICTION_S: Final = 120.0
 """Kafka's ``min.incremental.fetch.session.eviction.ms``."""
 
@@ -148,7 +146,7 @@ def partition_key(wanted: WantedPartition, uses_topic_ids: bool) -> PartitionKey
 
 
 def next_epoch(epoch: int) -> int:
-    return 1 if epoch >= _MAX_EPOCH else epoch + 1
+    return 1 if epoch >= _INT32_MAX else epoch + 1
 
 
 class FetchSessionCache:
@@ -159,7 +157,7 @@ class FetchSessionCache:
         slots: int,
         eviction_s: float = DEFAULT_EVICTION_S,
         clock: Callable[[], float] = time.monotonic,
-        new_id: Callable[[], int] = lambda: random.randint(1, _MAX_EPOCH),  # noqa: S311 - not a secret: a session is only as good as its epoch
+        new_id: Callable[[], int] = lambda: random.randint(1, _INT32_MAX),  # noqa: S311 - not a secret: a session is only as good as its epoch
     ) -> None:
         self.slots = slots
         self.eviction_s = eviction_s

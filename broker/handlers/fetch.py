@@ -39,13 +39,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from shoal.broker.cluster.model import NodeId
-from shoal.broker.fetch_sessions import (
-    FINAL_EPOCH,
-    NO_SESSION,
-    FetchContext,
-    PartitionKey,
-    WantedPartition,
-)
+from shoal.broker.fetch_sessions import FetchContext, PartitionKey, WantedPartition
 from shoal.broker.handlers.base import (
     NO_THROTTLE,
     BrokerServices,
@@ -58,7 +52,7 @@ from shoal.broker.log.log import FileSlice, OffsetOutOfRangeError
 from shoal.broker.log.txn_index import AbortedTxn
 from shoal.broker.partition import Partition, PartitionError
 
-from shoal.wire import ErrorCode, FileRegion, RecordsSplicer
+from shoal.wire import FINAL_EPOCH, NO_SESSION, ErrorCode, FileRegion, RecordsSplicer
 
 SESSION_VERSION: Final = 7
 """The first Fetch version with sessions (KIP-227)."""

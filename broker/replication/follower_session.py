@@ -22,9 +22,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Final
 
-from shoal.broker.fetch_sessions import INITIAL_EPOCH, NO_SESSION, next_epoch
+from shoal.broker.fetch_sessions import next_epoch
 
-from shoal.wire import ErrorCode
+from shoal.wire import INITIAL_EPOCH, NO_SESSION, ErrorCode
 
 TopicPartition = tuple[str, int]
 

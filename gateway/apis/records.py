@@ -46,10 +46,8 @@ from shoal.gateway.apis.base import (
 )
 from shoal.tenancy.model import Operation
 
-NO_SESSION: Final = 0
-INITIAL_EPOCH: Final = 0
-FINAL_EPOCH: Final = -1
-"""A fetch session's epochs (KIP-227): 0 asks for a session, -1 fetches without one."""
+from shoal.wire import FINAL_EPOCH, INITIAL_EPOCH, NO_SESSION
+
 CONSUMER_REPLICA_ID: Final = -1
 """Only consumers fetch through the gateway; replica fetches are the brokers' own."""
 READ_COMMITTED: Final = 1

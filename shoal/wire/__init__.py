@@ -19,10 +19,14 @@ from shoal.wire.codec import (
     known_api_keys,
     schema,
 )
+from shoal.wire.fetch_session import FINAL_EPOCH, INITIAL_EPOCH, NO_SESSION
 from shoal.wire.framing import FrameReader, FrameSizeError
 from shoal.wire.splice import Chunk, FileRegion, RecordsSplicer, chunk_size
 
 __all__ = [
+    "FINAL_EPOCH",
+    "INITIAL_EPOCH",
+    "NO_SESSION",
     "ApiSchema",
     "Chunk",
     "ErrorCode",

@@ -8,16 +8,13 @@ from dataclasses import dataclass
 
 import pytest
 from shoal.broker.fetch_sessions import (
-    FINAL_EPOCH,
-    INITIAL_EPOCH,
-    NO_SESSION,
     FetchContext,
     FetchSessionCache,
     WantedPartition,
     next_epoch,
 )
 
-from shoal.wire import ErrorCode
+from shoal.wire import FINAL_EPOCH, INITIAL_EPOCH, NO_SESSION, ErrorCode
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from shoal.broker.fetch_sessions import INITIAL_EPOCH, NO_SESSION
 from shoal.broker.replication.follower_session import FollowerSession, PartitionState
+
+from shoal.wire import INITIAL_EPOCH, NO_SESSION
 
 
 def state(offset: int, leader_epoch: int = 3) -> PartitionState:
