@@ -17,9 +17,13 @@ gives its answer's throttle; :meth:`Admission.request_turn` holds a
 connection's next read while the tenant owes more than one window (no queue:
 a held connection is let go as soon as the debt allows).
 
-Every request let through, and whether it waited, goes to the traffic ledger
-that splits the tenant's quota between gateway replicas
-(:mod:`shoal.gateway.quota_shares`).
+Every request let through, whether it waited and the throttle its answer
+carried go to the traffic ledger that splits the tenant's quota between
+gateway replicas (:mod:`shoal.gateway.quota_shares`). Callers pass the
+tenant's quotas for the whole service; this replica's part is taken at every
+check, so a request waiting through a round is let go at the new split, not
+held to the part it arrived under (which may be the floor an idle replica
+gets: a twentieth of an even share).
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from typing import TYPE_CHECKING
 
 from shoal.gateway.connection_rate import ConnectionRates, LoginVerdict
 from shoal.gateway.mutation_quota import MutationQuotas, MutationVerdict
-from shoal.gateway.quota_shares import Direction, TrafficLedger
+from shoal.gateway.quota_shares import ROUND_S, Direction, QuotaShares, TrafficLedger
 from shoal.gateway.quotas import FetchTicket, QuotaManager
 from shoal.gateway.request_quota import RequestQuotas
 
@@ -51,7 +55,12 @@ class QuotaWaitError(Exception):
 
 
 class Admission:
-    """Waits out a tenant's quota before its produce and fetch requests are forwarded."""
+    """Waits out a tenant's quota before its produce and fetch requests are forwarded.
+
+    Every ``quota`` argument is the tenant's limit for the whole service (None:
+    unlimited); ``shares`` gives this replica's part of it (all of it without
+    other replicas).
+    """
 
     def __init__(
         self,
@@ -61,9 +70,11 @@ class Admission:
         mutations: MutationQuotas | None = None,
         logins: ConnectionRates | None = None,
         requests: RequestQuotas | None = None,
+        shares: QuotaShares | None = None,
     ) -> None:
         self.quotas = quotas
         self.traffic = traffic
+        self.shares = shares if shares is not None else QuotaShares("gateway")
         self._clock = clock
         self.mutations = mutations if mutations is not None else MutationQuotas()
         self.logins = logins if logins is not None else ConnectionRates()
@@ -71,9 +82,9 @@ class Admission:
         self._produce_queues: dict[str, asyncio.Lock] = {}
         self._fetch_queues: dict[str, asyncio.Lock] = {}
 
-    async def produce(self, tenant: str, nbytes: int, limit: float | None) -> int:
+    async def produce(self, tenant: str, nbytes: int, quota: float | None) -> int:
         """Wait until a produce of ``nbytes`` may go and charge it; its answer's throttle (ms)."""
-        if limit is None:  # and a lifted limit's debt is forgotten
+        if quota is None:  # and a lifted limit's debt is forgotten
             return self.quotas.charge_produce(tenant, nbytes, None, self._clock())
         async with _queue(self._produce_queues, tenant):
             # A deadline, not an event: the budget refills with time. Checked again
@@ -81,119 +92,155 @@ class Admission:
             waited = await self._wait_out(
                 "produce",
                 tenant,
-                lambda: self.quotas.produce_wait_s(tenant, nbytes, limit, self._clock()),
+                lambda: self.quotas.produce_wait_s(
+                    tenant, nbytes, self.shares.share("produce", tenant, quota), self._clock()
+                ),
             )
-            self.traffic.admitted("produce", tenant, nbytes, waited)
-            return self.quotas.charge_produce(tenant, nbytes, limit, self._clock())
+            throttle_ms = self.quotas.charge_produce(
+                tenant, nbytes, self.shares.share("produce", tenant, quota), self._clock()
+            )
+            self._let_through("produce", tenant, nbytes, waited, throttle_ms)
+            return throttle_ms
 
-    async def fetch(self, tenant: str, limit: float | None) -> FetchTicket | None:
+    async def fetch(self, tenant: str, quota: float | None) -> FetchTicket | None:
         """Wait until a fetch may go; its reservation (None when the tenant is unlimited)."""
-        if limit is None:
+        if quota is None:
             return self.quotas.fetch_admission(tenant, None, self._clock())
         async with _queue(self._fetch_queues, tenant):
             waited = await self._wait_out(
-                "fetch", tenant, lambda: self.quotas.fetch_wait_s(tenant, limit, self._clock())
+                "fetch",
+                tenant,
+                lambda: self.quotas.fetch_wait_s(
+                    tenant, self.shares.share("fetch", tenant, quota), self._clock()
+                ),
             )
             self.traffic.admitted("fetch", tenant, 0, waited)
-            return self.quotas.fetch_admission(tenant, limit, self._clock())
+            return self.quotas.fetch_admission(
+                tenant, self.shares.share("fetch", tenant, quota), self._clock()
+            )
 
     async def _wait_out(
         self, direction: Direction, tenant: str, wait_s: Callable[[], float]
     ) -> bool:
         """Sleep until ``wait_s()`` is 0; whether there was any wait. While it lasts the
-        traffic ledger reports the tenant as waiting here, however many rounds that takes."""
+        traffic ledger reports the tenant as waiting here, however many rounds that takes.
+        ``wait_s`` is asked again at least every round, since a new split may shorten it."""
         wait = wait_s()
         if wait <= 0:
             return False
         self.traffic.waiting(direction, tenant)
         try:
             while wait > 0:
-                await asyncio.sleep(wait)
+                await asyncio.sleep(min(wait, ROUND_S))
                 wait = wait_s()
         finally:
             self.traffic.stopped_waiting(direction, tenant)
         return True
 
-    def try_produce(self, tenant: str, nbytes: int, limit: float | None) -> int:
+    def _let_through(
+        self, direction: Direction, tenant: str, amount: float, waited: bool, throttle_ms: int
+    ) -> None:
+        """Tell the traffic ledger what went through, whether it waited, and its throttle."""
+        self.traffic.admitted(direction, tenant, amount, waited)
+        if throttle_ms > 0:
+            self.traffic.throttled(direction, tenant, throttle_ms / 1000)
+
+    def _told_to_wait(self, direction: Direction, tenant: str, wait_s: float) -> None:
+        """The HTTP door refused a request for ``wait_s``: until then the tenant wants more
+        than its part here, as a throttled Kafka client does."""
+        self.traffic.admitted(direction, tenant, 0, waited=True)
+        self.traffic.throttled(direction, tenant, wait_s)
+
+    def try_produce(self, tenant: str, nbytes: int, quota: float | None) -> int:
         """:meth:`produce` without waiting: QuotaWaitError if it may not go now."""
         now = self._clock()
+        limit = self.shares.share("produce", tenant, quota)
         if limit is None:
             return self.quotas.charge_produce(tenant, nbytes, None, now)
         wait = self.quotas.produce_wait_s(tenant, nbytes, limit, now)
         if wait > 0:
-            self.traffic.admitted("produce", tenant, 0, waited=True)
+            self._told_to_wait("produce", tenant, wait)
             raise QuotaWaitError(wait)
-        self.traffic.admitted("produce", tenant, nbytes, waited=False)
-        return self.quotas.charge_produce(tenant, nbytes, limit, now)
+        throttle_ms = self.quotas.charge_produce(tenant, nbytes, limit, now)
+        self._let_through("produce", tenant, nbytes, False, throttle_ms)
+        return throttle_ms
 
-    def try_fetch(self, tenant: str, limit: float | None) -> FetchTicket | None:
+    def try_fetch(self, tenant: str, quota: float | None) -> FetchTicket | None:
         """:meth:`fetch` without waiting: QuotaWaitError if it may not go now."""
         now = self._clock()
+        limit = self.shares.share("fetch", tenant, quota)
         if limit is None:
             return self.quotas.fetch_admission(tenant, None, now)
         wait = self.quotas.fetch_wait_s(tenant, limit, now)
         if wait > 0:
-            self.traffic.admitted("fetch", tenant, 0, waited=True)
+            self._told_to_wait("fetch", tenant, wait)
             raise QuotaWaitError(wait)
         return self.quotas.fetch_admission(tenant, limit, now)
 
     def mutate(
-        self, tenant: str, costs: Sequence[int], limit: float | None, strict: bool
+        self, tenant: str, costs: Sequence[int], quota: float | None, strict: bool
     ) -> MutationVerdict:
         """Charge a topic request's partition mutations (:mod:`shoal.gateway.mutation_quota`).
 
         Never waits: a strict request is refused topic by topic, a permissive one
         answered with a throttle the connection then waits out.
         """
+        limit = self.shares.share("mutations", tenant, quota)
         verdict = self.mutations.charge(tenant, costs, limit, strict, self._clock())
         if limit is not None:
-            self.traffic.admitted(
-                "mutations", tenant, verdict.charged, waited=verdict.throttle_ms > 0
-            )
+            self._let_through("mutations", tenant, verdict.charged, False, verdict.throttle_ms)
         return verdict
 
-    def login(self, tenant: str, limit: float | None) -> LoginVerdict:
+    def login(self, tenant: str, quota: float | None) -> LoginVerdict:
         """Charge one accepted login to the tenant's connection creation rate
         (:mod:`shoal.gateway.connection_rate`). Never waits: the session holds the
         login for the verdict's wait, or refuses it."""
+        limit = self.shares.share("logins", tenant, quota)
         verdict = self.logins.admit(tenant, limit, self._clock())
         if limit is not None:
             held = verdict.wait_s > 0
             self.traffic.admitted("logins", tenant, 0 if verdict.refused else 1, waited=held)
         return verdict
 
-    async def request_turn(self, tenant: str, limit: float | None) -> None:
+    async def request_turn(self, tenant: str, quota: float | None) -> None:
         """Wait until the tenant owes no more than one window of request time
         (:mod:`shoal.gateway.request_quota`); the Kafka door calls it before it reads
         a connection's next request."""
-        if limit is None:
+        if quota is None:
             self.requests.wait_s(tenant, None, self._clock())  # forgets a lifted limit's debt
             return
         await self._wait_out(
-            "requests", tenant, lambda: self.requests.wait_s(tenant, limit, self._clock())
+            "requests",
+            tenant,
+            lambda: self.requests.wait_s(
+                tenant, self.shares.share("requests", tenant, quota), self._clock()
+            ),
         )
 
-    def try_request(self, tenant: str, limit: float | None) -> None:
+    def try_request(self, tenant: str, quota: float | None) -> None:
         """:meth:`request_turn` without waiting: QuotaWaitError if the tenant owes too much."""
+        limit = self.shares.share("requests", tenant, quota)
         wait = self.requests.wait_s(tenant, limit, self._clock())
         if wait > 0:
-            self.traffic.admitted("requests", tenant, 0, waited=True)
+            self._told_to_wait("requests", tenant, wait)
             raise QuotaWaitError(wait, "request quota (request_percentage)")
 
-    def handled(self, tenant: str, seconds: float, limit: float | None) -> int:
+    def handled(self, tenant: str, seconds: float, quota: float | None) -> int:
         """Charge ``seconds`` of a request's handling time; the throttle (ms) its answer
         carries. Never waits: the session mutes the connection for the throttle."""
+        limit = self.shares.share("requests", tenant, quota)
         throttle_ms = self.requests.charge(tenant, seconds, limit, self._clock())
         if limit is not None:
-            self.traffic.admitted("requests", tenant, seconds * 100, waited=throttle_ms > 0)
+            self._let_through("requests", tenant, seconds * 100, False, throttle_ms)
         return throttle_ms
 
     def fetched(self, ticket: FetchTicket | None, nbytes: int) -> int:
         """Settle a fetch with its answer's size; the throttle (ms) the answer carries."""
         if ticket is None:
             return 0
-        self.traffic.admitted("fetch", ticket.tenant, nbytes, waited=False)
-        return self.quotas.settle_fetch(ticket, nbytes, self._clock())
+        throttle_ms = self.quotas.settle_fetch(ticket, nbytes, self._clock())
+        self._let_through("fetch", ticket.tenant, nbytes, False, throttle_ms)
+        return throttle_ms
 
 
 def _queue(queues: dict[str, asyncio.Lock], tenant: str) -> asyncio.Lock:
@@ -210,8 +257,8 @@ def mutation_charger(services: GatewayServices, access: TenantAccess) -> Mutatio
     tenant = access.tenant
 
     def charge(costs: Sequence[int], strict: bool) -> MutationVerdict:
-        limit = services.shares.share("mutations", tenant, access.quotas.controller_mutation_rate)
-        verdict = services.admission.mutate(tenant, costs, limit, strict)
+        quota = access.quotas.controller_mutation_rate
+        verdict = services.admission.mutate(tenant, costs, quota, strict)
         for _ in verdict.refused:
             services.metrics.limit_refused(tenant, "controller_mutations")
         return verdict
@@ -231,8 +278,7 @@ def charge_request(
     if after_answer and seconds <= 0:
         return 0
     tenant = access.tenant
-    limit = services.shares.share("requests", tenant, access.quotas.request_percentage)
-    throttle_ms = services.admission.handled(tenant, seconds, limit)
+    throttle_ms = services.admission.handled(tenant, seconds, access.quotas.request_percentage)
     if after_answer:
         throttle_ms = 0
     services.usage.handled(tenant, seconds, throttle_ms)

@@ -14,19 +14,15 @@ import asyncio
 import contextlib
 import logging
 import time
-from typing import Final
 
 import aetcd
 import aetcd.exceptions
-from shoal.gateway.quota_shares import QuotaShares, TrafficLedger
+from shoal.gateway.quota_shares import ROUND_S, QuotaShares, TrafficLedger
 
 from shoal.etcd_address import EtcdAddress
 from shoal.etcd_client import EtcdClient
 
 log = logging.getLogger(__name__)
-
-ROUND_S: Final = 1.0
-"""How often reports are exchanged: how fast a tenant's quota follows its traffic."""
 
 
 class GatewayMembership:

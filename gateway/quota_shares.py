@@ -60,7 +60,8 @@ proportional to the tenants with quotas and traffic there.
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Mapping
+import time
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -69,6 +70,9 @@ Direction = Literal["produce", "fetch", "mutations", "logins", "requests"]
 Kafka connections opened (logins), and request-handling time in percent of a thread
 (requests)."""
 DIRECTIONS: Final[tuple[Direction, ...]] = ("produce", "fetch", "mutations", "logins", "requests")
+
+ROUND_S: Final = 1.0
+"""How often the replicas exchange reports: how fast a tenant's parts follow its traffic."""
 
 HEADROOM: Final = 1.25
 """A replica that did not wait gets its last second's rate times this."""
@@ -133,19 +137,32 @@ class TrafficLedger:
     """Bytes let through, and whether any request waited, per tenant and direction, since
     the last :meth:`report`; and each tenant's open Kafka connections here.
 
-    A request still waiting when a report is made counts as waiting in it: a
-    request held for longer than a round (a large one on a small part) would
+    A request still waiting when a report is made counts as waiting in it, and
+    so does a tenant whose answers carried a throttle that has not run out: a
+    request held, or a client told to back off, for longer than a round would
     otherwise leave rounds with neither bytes nor a wait, and the split would
-    hand this replica's part to the others while the request is still owed it.
+    hand this replica's part to the others (leaving it the floor, at which the
+    next throttle is twenty times as long) while the tenant still wants it.
     """
 
-    __slots__ = ("_bytes", "_waited", "_waiting", "connections")
+    __slots__ = ("_bytes", "_clock", "_throttled_until", "_waited", "_waiting", "connections")
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
         self._bytes: dict[tuple[Direction, str], float] = {}
         self._waited: set[tuple[Direction, str]] = set()
         self._waiting: dict[tuple[Direction, str], int] = {}
+        self._throttled_until: dict[tuple[Direction, str], float] = {}
         self.connections: dict[str, int] = {}
+
+    def throttled(self, direction: Direction, tenant: str, seconds: float) -> None:
+        """An answer of the tenant carries a throttle of ``seconds``: until it runs out, the
+        tenant wants more than its part here, and every report says it waited."""
+        key = (direction, tenant)
+        self._waited.add(key)
+        until = self._clock() + seconds
+        if until > self._throttled_until.get(key, 0.0):
+            self._throttled_until[key] = until
 
     def waiting(self, direction: Direction, tenant: str) -> None:
         """A request of the tenant has started to wait, until :meth:`stopped_waiting`."""
@@ -187,7 +204,9 @@ class TrafficLedger:
             document[direction][tenant] = [0.0, True]
         document["connections"] = self.connections
         self._bytes.clear()
-        self._waited = set(self._waiting)
+        now = self._clock()
+        self._throttled_until = {k: t for k, t in self._throttled_until.items() if t > now}
+        self._waited = set(self._waiting) | self._throttled_until.keys()
         return json.dumps(document, separators=(",", ":")).encode()
 
 

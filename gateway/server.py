@@ -248,7 +248,9 @@ class Gateway:
                 tenancy=tenancy,
                 cluster=cluster,
                 admission=Admission(
-                    QuotaManager(QuotaConfig(window_s=config.quota_window_size_s)), traffic
+                    QuotaManager(QuotaConfig(window_s=config.quota_window_size_s)),
+                    traffic,
+                    shares=shares,
                 ),
                 shares=shares,
                 membership=membership,

@@ -472,9 +472,7 @@ class ClientSession:
         access = login.rights()
         rate = None if access is None else access.quotas.max_connection_rate
         services = self.services
-        verdict = services.admission.login(
-            login.tenant, services.shares.share("logins", login.tenant, rate)
-        )
+        verdict = services.admission.login(login.tenant, rate)
         if rate is None or (verdict.wait_s <= 0 and not verdict.refused):
             return
         services.metrics.limit_refused(login.tenant, "connection_rate")
@@ -784,14 +782,13 @@ class ClientSession:
         services = self.services
         tenant = access.tenant
         if api_key == PRODUCE:
-            limit = services.shares.share("produce", tenant, access.quotas.producer_byte_rate)
-            throttle_ms = await services.admission.produce(tenant, nbytes, limit)
+            quota = access.quotas.producer_byte_rate
+            throttle_ms = await services.admission.produce(tenant, nbytes, quota)
             services.usage.produced(tenant, nbytes, throttle_ms)
             self._mute(throttle_ms)
             return throttle_ms, None
         if api_key == FETCH:
-            limit = services.shares.share("fetch", tenant, access.quotas.consumer_byte_rate)
-            return 0, await services.admission.fetch(tenant, limit)
+            return 0, await services.admission.fetch(tenant, access.quotas.consumer_byte_rate)
         return 0, None
 
     async def _wait_for_request_quota(self) -> None:
@@ -801,8 +798,7 @@ class ClientSession:
         if access is None:
             return
         tenant = access.tenant
-        limit = self.services.shares.share("requests", tenant, access.quotas.request_percentage)
-        await self.services.admission.request_turn(tenant, limit)
+        await self.services.admission.request_turn(tenant, access.quotas.request_percentage)
 
     def _charge_time(self, watch: Stopwatch, answer: bool) -> int:
         """Charge the request time ``watch`` holds; with ``answer``, the throttle the

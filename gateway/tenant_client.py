@@ -251,10 +251,9 @@ class TenantClient:
         request quota.
         """
         services, access = self.services, self.access
-        limit = services.shares.share("requests", access.tenant, access.quotas.request_percentage)
         with _come_back_later():
             try:
-                services.admission.try_request(access.tenant, limit)
+                services.admission.try_request(access.tenant, access.quotas.request_percentage)
             except QuotaWaitError:
                 services.metrics.limit_refused(access.tenant, "request_rate")
                 raise
@@ -474,10 +473,10 @@ class TenantClient:
         Partitions whose leader moved are retried once with fresh metadata.
         """
         tenant = self.access.tenant
-        limit = self.services.shares.share("produce", tenant, self.access.quotas.producer_byte_rate)
+        quota = self.access.quotas.producer_byte_rate
         nbytes = sum(len(batch) for batch in batches.values())
         with _come_back_later():
-            throttle_ms = self.services.admission.try_produce(tenant, nbytes, limit)
+            throttle_ms = self.services.admission.try_produce(tenant, nbytes, quota)
         results: dict[int, PartitionProduced] = {}
         pending = dict(batches)
         for attempt in range(2):
@@ -594,9 +593,9 @@ class TenantClient:
     async def fetch(self, topic: str, partition: int, offset: int, max_bytes: int) -> Any:
         """One partition's Fetch answer (records as the broker stored them), from its leader."""
         tenant = self.access.tenant
-        limit = self.services.shares.share("fetch", tenant, self.access.quotas.consumer_byte_rate)
+        quota = self.access.quotas.consumer_byte_rate
         with _come_back_later():
-            ticket = self.services.admission.try_fetch(tenant, limit)
+            ticket = self.services.admission.try_fetch(tenant, quota)
         try:
             data = await self._fetch_from_leader(
                 topic, partition, offset, max_bytes, None if ticket is None else ticket.reserved

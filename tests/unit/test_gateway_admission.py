@@ -11,7 +11,7 @@ import time
 
 import pytest
 from shoal.gateway.admission import Admission, QuotaWaitError
-from shoal.gateway.quota_shares import Load, TrafficLedger, parse_report
+from shoal.gateway.quota_shares import FLOOR, Load, QuotaShares, TrafficLedger, parse_report
 from shoal.gateway.quotas import QuotaConfig, QuotaManager
 
 LIMIT = 100_000
@@ -80,9 +80,7 @@ async def test_the_http_door_is_told_to_come_back_and_shares_the_budget() -> Non
 
 async def test_what_went_through_and_what_waited_is_reported_for_the_replicas() -> None:
     gate = admission()
-    await gate.produce("acme", SIZE, LIMIT)
-    await gate.produce("acme", SIZE, LIMIT)
-    await gate.produce("acme", SIZE, LIMIT)  # waits
+    throttles = [await gate.produce("acme", SIZE, LIMIT) for _ in range(3)]  # the third waits
     first = gate.try_fetch("acme", LIMIT)  # reserves the whole window
     with pytest.raises(QuotaWaitError):
         gate.try_fetch("acme", LIMIT)
@@ -94,6 +92,11 @@ async def test_what_went_through_and_what_waited_is_reported_for_the_replicas() 
     assert report["produce"]["acme"].waited
     assert report["fetch"]["acme"].waited and report["fetch"]["acme"].rate == 0
     assert not report["fetch"]["globex"].waited and report["fetch"]["globex"].rate == 250
+    # Until the last answer's throttle has run out, acme still wants more than its part
+    # here (test_gateway_quota_shares follows that on a clock of its own).
+    assert throttles[-1] > 0
+    await asyncio.sleep(throttles[-1] / 1000)
+    gate.traffic.report(period_s=1.0)  # the period the throttle ran into still waited
     assert parse_report(gate.traffic.report(period_s=1.0)) == {
         "produce": {},
         "fetch": {},
@@ -114,10 +117,38 @@ async def test_a_request_waiting_through_reports_is_reported_waiting_in_each() -
     await asyncio.sleep(0.05)
     while_held = parse_report(gate.traffic.report(period_s=1.0))
     assert while_held["produce"]["acme"] == Load(0.0, waited=True)
-    await held
+    throttle_ms = await held
     let_through = parse_report(gate.traffic.report(period_s=1.0))
     assert let_through["produce"]["acme"] == Load(SIZE, waited=True)
+    await asyncio.sleep(throttle_ms / 1000)
+    gate.traffic.report(period_s=1.0)  # the period the throttle ran into still waited
     assert parse_report(gate.traffic.report(period_s=1.0))["produce"] == {}
+
+
+async def test_a_request_waiting_through_a_new_split_is_let_go_at_its_new_part() -> None:
+    """A replica a tenant had not used holds the floor of its quota (a fortieth, with two
+    replicas); once the round after its first requests gives it half, a request already
+    waiting there waits at half the quota, not the floor it arrived under."""
+    quota = 1_000_000
+    shares = QuotaShares("here")
+    elsewhere = TrafficLedger()
+    elsewhere.admitted("produce", "acme", quota, waited=True)
+    shares.update({"here": b"", "there": elsewhere.report(period_s=1.0)})
+    gate = Admission(QuotaManager(QuotaConfig(window_s=0.01)), TrafficLedger(), shares=shares)
+    assert shares.share("produce", "acme", quota) == pytest.approx(FLOOR * quota / 2)
+    # 400 kB at the floor (25 kB/s) is 16 s owed; at half the quota, 0.8 s.
+    await gate.produce("acme", 400_000, quota)
+    started = time.monotonic()
+    held = asyncio.create_task(gate.produce("acme", SIZE, quota))
+    await asyncio.sleep(0.05)
+    elsewhere.admitted("produce", "acme", quota / 2, waited=True)
+    shares.update(
+        {"here": gate.traffic.report(period_s=1.0), "there": elsewhere.report(period_s=1.0)}
+    )
+    assert shares.share("produce", "acme", quota) == quota / 2
+    await asyncio.wait_for(held, 5.0)
+    # One round at the floor (the wait is asked again every round), then 0.75 s at half.
+    assert time.monotonic() - started < 1.0 + 0.75 + 0.5
 
 
 def test_controller_mutations_are_charged_and_reported_for_the_replicas() -> None:

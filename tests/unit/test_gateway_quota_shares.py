@@ -87,6 +87,26 @@ def test_a_tenant_using_one_of_two_replicas_converges_to_nearly_all_of_its_quota
     assert shares["a"].count == 2
 
 
+def test_a_throttled_tenant_is_reported_as_waiting_until_its_throttle_runs_out() -> None:
+    """Clients told to back off for longer than a round send nothing in it; the replica
+    must not read as idle then, or the split leaves it the floor while they still want
+    their part."""
+    now = [0.0]
+    ledger = TrafficLedger(clock=lambda: now[0])
+    ledger.admitted("produce", "acme", 500_000, waited=False)
+    ledger.throttled("produce", "acme", 2.5)
+    assert parse_report(ledger.report(1.0))["produce"] == {"acme": Load(500_000, True)}
+    now[0] = 1.0
+    assert parse_report(ledger.report(1.0))["produce"] == {"acme": Load(0.0, True)}
+    now[0] = 2.0
+    ledger.throttled("produce", "acme", 0.1)  # a shorter throttle does not cut the longer one
+    assert parse_report(ledger.report(1.0))["produce"] == {"acme": Load(0.0, True)}
+    now[0] = 3.0
+    assert parse_report(ledger.report(1.0))["produce"] == {"acme": Load(0.0, True)}
+    now[0] = 4.0
+    assert parse_report(ledger.report(1.0))["produce"] == {}
+
+
 def test_a_replica_alone_or_not_yet_in_the_round_takes_its_even_part() -> None:
     shares = QuotaShares("new")
     assert shares.share("produce", "acme", Q) == Q
