@@ -16,8 +16,9 @@ import time
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 from conftest import BrokerFactory
+from harness import wait_until
 from replicated import Cluster, read_all, start_cluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -85,6 +86,15 @@ def test_no_write_acknowledged_by_a_woken_zombie_leader_is_lost(cluster: Cluster
         stop.set()
         writer.join()
     assert producer.flush(60) == 0
+    # acks=1 answers before a follower has the write, and readers get only what the
+    # in-sync replicas have (the high watermark): until it passes the newest
+    # acknowledged offset, the newest writes would read as lost.
+    newest = max(acked.values())
+    wait_until(
+        lambda: high_watermark(cluster.live_bootstrap(), topic) > newest,
+        30,
+        f"a high watermark past offset {newest}, the newest acknowledged",
+    )
 
     [log] = read_all(cluster.live_bootstrap(), topic, 1).values()
     stored = dict(log)
@@ -101,3 +111,11 @@ def test_no_write_acknowledged_by_a_woken_zombie_leader_is_lost(cluster: Cluster
         f" {[stored.get(late[v]) for v in lost[:5]]}"
     )
     assert len(late) > 100, (len(late), failed[:3])
+
+
+def high_watermark(bootstrap: str, topic: str) -> int:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "watermarks"})
+    try:
+        return int(consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1])
+    finally:
+        consumer.close()
