@@ -8,8 +8,11 @@ as ZooKeeper's chroot did for Kafka)::
     <root>/controller                   the elected controller's node id, under its lease
     <root>/topics/<name>                TopicRecord JSON
     <root>/partitions/<name>/<index>    PartitionState JSON
+    <root>/topic-writes/<name>          a token: a write of the topic in several transactions
 
-A topic and its partition states change together in one transaction; a
+A topic and its partition states change together in one transaction, or,
+beyond 100 partitions, states first and the record last under the topic's
+write marker (:meth:`EtcdMetadataStore._write_in_chunks`); a
 topic update compares the record's mod revision, so concurrent writers
 cannot both win. Partition states are changed the same way, each compared
 with its own mod revision, and a controller's changes also compare the
@@ -72,6 +75,9 @@ _RETRY_S: Final = 1.0
 _CAS_ATTEMPTS: Final = 20
 _TXN_OPS: Final = 100
 """Partition changes per etcd transaction; etcd refuses more than 128 operations in one."""
+_TOPIC_WRITE_LEASE_S: Final = 30
+"""The lease of a topic's write marker: renewed before every chunk, so only a writer that
+stopped (died, or lost etcd for this long) lets go of it."""
 
 
 def _keepalive_interval(ttl_s: int, heartbeat_s: float | None = None) -> float:
@@ -305,18 +311,110 @@ class EtcdMetadataStore:
     # -- topics ----------------------------------------------------------------
 
     async def create_topic(self, record: TopicRecord, states: Sequence[PartitionState]) -> int:
+        """Store a new topic: its partition states and its record, which makes it exist.
+
+        One transaction when they fit in etcd's limit (128 operations by default);
+        beyond :data:`_TXN_OPS` partitions, :meth:`_write_in_chunks`: images show no
+        partition whose topic has no record, so the topic appears whole or not at
+        all. TopicExistsError if the topic exists or appears meanwhile;
+        StoreUnavailableError (REQUEST_TIMED_OUT, which clients retry) while
+        another request is writing it.
+        """
         t = self._client.transactions
         key = self._topic_key(record.name)
-        puts = [t.put(key, record.to_json())] + [
+        absent = [t.version(key) == 0, t.version(self._topic_write_key(record.name)) == 0]
+        puts = [
             t.put(self._partition_key(record.name, i), state.to_json())
             for i, state in enumerate(states)
         ]
+        try:
+            if len(puts) < _TXN_OPS:
+                return await self._topic_transaction(
+                    record, absent, [t.put(key, record.to_json()), *puts], TopicExistsError
+                )
+            return await self._write_in_chunks(
+                record, [t.version(key) == 0], puts, TopicExistsError
+            )
+        except TopicExistsError:
+            if await self._call(self._client.get(key)) is None:
+                # Not there: another request is writing it, or this one lost its marker.
+                raise StoreUnavailableError(
+                    f"Topic '{record.name}' is being written by another request; retry."
+                ) from None
+            raise
+
+    def _topic_write_key(self, name: str) -> bytes:
+        return self._key("topic-writes", name)
+
+    async def _write_in_chunks(
+        self, record: TopicRecord, guard: list[Any], puts: list[Any], lost: type[StoreError]
+    ) -> int:
+        """Write partition states (``puts``) in transactions of :data:`_TXN_OPS`, then the
+        topic's record, each only while ``guard`` holds.
+
+        Two requests writing one topic at once (brokers create topics themselves
+        when the controller cannot be reached, and auto-create) would mix their
+        partition states before either record won; so the first transaction takes
+        the topic's write marker (``topic-writes/<name>``, a token of this write,
+        on a lease of its own: a writer that dies lets go of it), every later one
+        requires it still ours, and the record's drops it. A creation also clears
+        states an interrupted one left, and a failed one clears its own. ``lost``
+        (TopicExistsError or ConflictError) if a guard fails or the marker is taken.
+        """
+        t = self._client.transactions
+        marker = self._topic_write_key(record.name)
+        token = uuid.uuid4().hex.encode()
+        creating = lost is TopicExistsError
+        prefix = self._key("partitions", record.name) + b"/"
+        cleared = [t.delete(prefix, range_end=_prefix_end(prefix))] if creating else []
+        lease = await self._call(self._client.lease(_TOPIC_WRITE_LEASE_S))
+        ours = [*guard, t.value(marker) == token]
+        try:
+            await self._topic_transaction(
+                record,
+                [*guard, t.version(marker) == 0],
+                [t.put(marker, token, lease=lease), *cleared],
+                lost,
+            )
+            try:
+                for chunk in _chunks(puts, _TXN_OPS):
+                    renewed = await self._call(lease.refresh())
+                    if renewed is None or renewed.TTL <= 0:
+                        raise StoreUnavailableError(
+                            f"writing topic '{record.name}' took longer than its marker's lease"
+                        )
+                    await self._topic_transaction(record, ours, chunk, lost)
+                return await self._topic_transaction(
+                    record,
+                    ours,
+                    [t.put(self._topic_key(record.name), record.to_json()), t.delete(marker)],
+                    lost,
+                )
+            except BaseException:
+                if creating:
+                    with contextlib.suppress(StoreError):
+                        await self._call(
+                            self._client.transaction(compare=ours, success=cleared, failure=[])
+                        )
+                raise
+        finally:
+            with contextlib.suppress(StoreError):
+                await self._call(lease.revoke())
+
+    async def _topic_transaction(
+        self, record: TopicRecord, compare: list[Any], success: list[Any], lost: type[StoreError]
+    ) -> int:
+        """Run one transaction of a topic's change; ``lost`` if a comparison fails."""
         ok, responses = await self._call(
-            self._client.transaction(compare=[t.version(key) == 0], success=puts, failure=[])
+            self._client.transaction(compare=compare, success=success, failure=[])
         )
         if not ok:
-            raise TopicExistsError(f"Topic '{record.name}' already exists.")
-        return int(responses[0].response_put.header.revision)
+            if lost is TopicExistsError:
+                raise TopicExistsError(f"Topic '{record.name}' already exists.")
+            raise lost(f"Topic '{record.name}' changed concurrently; retry.")
+        response = responses[0]
+        kind = response.WhichOneof("response")
+        return int(getattr(response, kind).header.revision)
 
     async def delete_topic(self, name: TopicName) -> int:
         t = self._client.transactions
@@ -339,20 +437,26 @@ class EtcdMetadataStore:
         expected_revision: int,
         new_partitions: Mapping[int, PartitionState] | None = None,
     ) -> int:
+        """Replace the topic's record if still at ``expected_revision``, with the states of
+        the partitions it adds. Beyond :data:`_TXN_OPS` new partitions,
+        :meth:`_write_in_chunks`: images show no partition beyond the record's count, so
+        the new partitions appear with it. ConflictError if the record changed meanwhile,
+        or another request is writing the topic."""
         t = self._client.transactions
         key = self._topic_key(record.name)
-        puts = [t.put(key, record.to_json())] + [
+        unchanged = [t.mod(key) == expected_revision]
+        puts = [
             t.put(self._partition_key(record.name, i), state.to_json())
             for i, state in (new_partitions or {}).items()
         ]
-        ok, responses = await self._call(
-            self._client.transaction(
-                compare=[t.mod(key) == expected_revision], success=puts, failure=[]
+        if len(puts) < _TXN_OPS:
+            return await self._topic_transaction(
+                record,
+                [*unchanged, t.version(self._topic_write_key(record.name)) == 0],
+                [t.put(key, record.to_json()), *puts],
+                ConflictError,
             )
-        )
-        if not ok:
-            raise ConflictError(f"Topic '{record.name}' changed concurrently; retry.")
-        return int(responses[0].response_put.header.revision)
+        return await self._write_in_chunks(record, unchanged, puts, ConflictError)
 
     async def update_assignment(
         self, change: AssignmentChange, controller: ControllerLease | None = None
@@ -512,7 +616,13 @@ class _ImageBuilder:
     def image(self, revision: int) -> ClusterImage:
         topics = {}
         for name, (record, mod_revision) in self.topics.items():
-            states = self.partitions.get(name, {})
+            # States past the record's count are a CreatePartitions that has not (or
+            # never) stored its record: not partitions yet (EtcdMetadataStore.update_topic).
+            states = {
+                i: stored
+                for i, stored in self.partitions.get(name, {}).items()
+                if i < record.partition_count
+            }
             topics[name] = TopicImage(
                 record,
                 {i: state for i, (state, _) in states.items()},
@@ -522,6 +632,10 @@ class _ImageBuilder:
         return ClusterImage.build(
             self.cluster_id, revision, dict(self.brokers), topics, self.controller
         )
+
+
+def _chunks(items: list[Any], size: int) -> list[list[Any]]:
+    return [items[at : at + size] for at in range(0, len(items), size)]
 
 
 def _prefix_end(prefix: bytes) -> bytes:

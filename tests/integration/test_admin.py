@@ -117,6 +117,25 @@ def test_create_partitions_grows_and_refuses_to_shrink(
     ]
 
 
+def test_topics_of_hundreds_of_partitions_are_created_and_grown(
+    admin: AdminClient, broker: BrokerProcess
+) -> None:
+    """More partitions than one etcd transaction takes (128 operations), at creation and
+    in one CreatePartitions: once refused with REQUEST_TIMED_OUT from etcd."""
+    name = new_name()
+    admin.create_topics([NewTopic(name, 300, 1)], operation_timeout=60)[name].result(90)
+    assert len(admin.list_topics(name, timeout=30).topics[name].partitions) == 300
+    admin.create_partitions([NewPartitions(name, 450)], operation_timeout=60)[name].result(90)
+    partitions = admin.list_topics(name, timeout=30).topics[name].partitions
+    assert sorted(partitions) == list(range(450))
+    assert all(p.leader == broker.node_id for p in partitions.values())
+    records = [Rec(449, b"k", b"in the last new partition")]
+    confluent_produce(broker.bootstrap, name, records, "none")
+    assert [r.value for r in confluent_consume(broker.bootstrap, name, {449: 1})] == [
+        b"in the last new partition"
+    ]
+
+
 def test_describe_configs_reports_values_and_sources(admin: AdminClient) -> None:
     name = new_name()
     config = {"retention.ms": "3600000", "cleanup.policy": "compact"}

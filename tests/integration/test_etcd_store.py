@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
+import uuid
 
+import pytest
 from harness import EtcdServer
 from shoal.broker.cluster.etcd_store import EtcdMetadataStore
-from shoal.broker.cluster.model import BrokerRegistration, NodeId
+from shoal.broker.cluster.model import (
+    BrokerRegistration,
+    NodeId,
+    PartitionState,
+    TopicName,
+    TopicRecord,
+)
+from shoal.broker.cluster.store import ConflictError, StoreUnavailableError, TopicExistsError
 
 
 async def test_a_deregistered_broker_closes_cleanly_after_its_keepalive_would_have_run(
@@ -89,3 +99,72 @@ async def test_fencing_a_broker_ends_its_registration_at_once(etcd: EtcdServer) 
     finally:
         await store.close()
         await peer.close()
+
+
+async def test_topics_larger_than_one_etcd_transaction_are_created_and_grown_whole(
+    etcd: EtcdServer,
+) -> None:
+    """etcd takes at most 128 operations in a transaction: a topic of 1,000 partitions, or
+    350 added at once, is written in several, and appears whole once its record is in."""
+    url = etcd.chroot_url()
+    store = EtcdMetadataStore(url)
+    reader = EtcdMetadataStore(url)
+    await store.connect()
+    await reader.connect()
+    replicas = (NodeId(0),)
+    record = TopicRecord(TopicName("wide"), uuid.uuid4(), (replicas,) * 1000)
+    try:
+        revision = await store.create_topic(record, [PartitionState(NodeId(0), 0, replicas)] * 1000)
+        image = await anext(reader.images())
+        assert image.revision >= revision
+        topic = image.topics[TopicName("wide")]
+        assert topic.record == record
+        assert sorted(topic.partitions) == list(range(1000))
+        with pytest.raises(TopicExistsError):
+            await store.create_topic(record, [PartitionState(NodeId(0), 0, replicas)] * 1000)
+
+        grown = dataclasses.replace(record, assignment=(replicas,) * 1350)
+        added = {i: PartitionState(NodeId(0), 0, replicas) for i in range(1000, 1350)}
+        with pytest.raises(ConflictError):
+            await store.update_topic(grown, topic.revision - 1, added)
+        await store.update_topic(grown, topic.revision, added)
+        image = await anext(reader.images())
+        assert sorted(image.topics[TopicName("wide")].partitions) == list(range(1350))
+    finally:
+        await store.close()
+        await reader.close()
+
+
+async def test_two_requests_writing_one_wide_topic_at_once_do_not_mix(etcd: EtcdServer) -> None:
+    """Brokers create topics themselves when the controller is away (and auto-create):
+    two creations of one name, each in several transactions, must not leave partitions
+    whose state came from the request whose record lost."""
+    url = etcd.chroot_url()
+    stores = [EtcdMetadataStore(url) for _ in range(3)]
+    for store in stores:
+        await store.connect()
+    name = TopicName("contested")
+
+    async def create(node: int) -> int:
+        replicas = (NodeId(node),)
+        record = TopicRecord(name, uuid.uuid4(), (replicas,) * 500)
+        return await stores[node].create_topic(
+            record, [PartitionState(NodeId(node), 0, replicas)] * 500
+        )
+
+    try:
+        outcomes = await asyncio.gather(create(0), create(1), return_exceptions=True)
+        # The loser hears the topic exists, or, while the winner is still writing, to retry.
+        refused = [o for o in outcomes if isinstance(o, TopicExistsError | StoreUnavailableError)]
+        assert len(refused) == 1 and len(outcomes) == 2, outcomes
+        topic = (await anext(stores[2].images())).topics[name]
+        (winner,) = set(topic.record.assignment)
+        assert sorted(topic.partitions) == list(range(500))
+        assert {state.leader for state in topic.partitions.values()} == set(winner)
+        # The marker went with the write: the topic can be grown.
+        grown = dataclasses.replace(topic.record, assignment=(winner,) * 700)
+        added = {i: PartitionState(winner[0], 0, winner) for i in range(500, 700)}
+        await stores[2].update_topic(grown, topic.revision, added)
+    finally:
+        for store in stores:
+            await store.close()
