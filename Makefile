@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 PIP_INSTALL := $(BIN)/pip install --disable-pip-version-check --quiet
 EDITABLE := --config-settings editable_mode=strict
 
-.PHONY: dev test check pytest test-kube soak fuzz bench-smoke bench bench-detail clean kcat iproute2 java helm kafka spark-kafka kafkajs
+.PHONY: dev test check pytest test-kube soak fuzz bench-smoke bench bench-scale bench-detail clean kcat iproute2 java helm kafka spark-kafka kafkajs
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -206,6 +206,11 @@ $(VENV)/.installed-bench: pyproject.toml $(PACKAGE_DIRS) | $(BIN)/python
 # the installed package shoal.benchmarks, so they run from any working directory.
 bench: $(VENV)/.installed-bench java kafka
 	$(BIN)/python -m shoal.benchmarks.compare --update-readme
+	$(BIN)/python -m shoal.benchmarks.scale --update-readme
+
+# The scale curves alone (partitions, tenants, cluster size; see benchmarks/README.md).
+bench-scale: $(VENV)/.installed-bench java kafka
+	$(BIN)/python -m shoal.benchmarks.scale --update-readme
 
 # The focused benchmarks of one part each (about 8 min, and 9 more for the log cleaner's).
 bench-detail: $(VENV)/.installed-bench java spark-kafka

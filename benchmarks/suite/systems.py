@@ -195,16 +195,21 @@ def wait_for_topic(client: Mapping[str, Any], topic: str, timeout_s: float = 30.
 # -- Shoal ----------------------------------------------------------------------------------
 
 
-@contextmanager
-def shoal(root: Path, warm_up_s: float) -> Iterator[list[Target]]:
-    """etcd, three brokers and a gateway; a tenant with a key for the gateway route."""
-    env = {
+def shoal_settings() -> dict[str, str]:
+    """The brokers' settings for the suite: three replicas and min.insync.replicas=2 by
+    default, as Kafka's cluster is set."""
+    return {
         "SHOAL_DEFAULT_REPLICATION_FACTOR": str(SHOAL_BROKERS),
         "SHOAL_OFFSETS_TOPIC_REPLICATION_FACTOR": str(SHOAL_BROKERS),
         "SHOAL_TOPIC_DEFAULTS": json.dumps({"min.insync.replicas": str(MIN_INSYNC_REPLICAS)}),
     }
+
+
+@contextmanager
+def shoal(root: Path, warm_up_s: float) -> Iterator[list[Target]]:
+    """etcd, three brokers and a gateway; a tenant with a key for the gateway route."""
     root.mkdir(parents=True, exist_ok=True)
-    with LocalCluster(root, brokers=SHOAL_BROKERS, env=env) as cluster:
+    with LocalCluster(root, brokers=SHOAL_BROKERS, env=shoal_settings()) as cluster:
         key_id, secret = create_tenant(cluster.etcd_url, TENANT)
         with GatewayProcess(root, cluster.etcd_url, cluster.bootstrap, SHOAL_BROKERS) as gateway:
             version = _shoal_version()

@@ -135,3 +135,32 @@ def test_quick_suite_runs_from_the_checkout_root(tmp_path: Path) -> None:
         assert perf["records_per_s"] > 0, (target, perf)
     assert "| shoal-rf3 / kafka-rf3 |" in table, table
     assert "Kafka's ProducerPerformance" in table, table
+
+
+@pytest.mark.slow
+@pytest.mark.alone
+@pytest.mark.bench_smoke
+@pytest.mark.timeout(900)
+def test_quick_scale_curves_run_from_the_checkout_root(tmp_path: Path) -> None:
+    """The scale curves' first points (``--scale 0.05``): every curve has its figures and
+    its chart."""
+    out = tmp_path / "out"
+    argv = [sys.executable, "-m", "shoal.benchmarks.scale", "--scale", "0.05", "--out", str(out)]
+    result = run(argv, ROOT, 840)
+    assert result.returncode == 0, result.stderr[-5000:]
+
+    document = json.loads((out / "results.json").read_text())["results"]
+    partitions = document["partitions"]
+    assert set(partitions) == {"shoal-rf3", "kafka-rf3"}, partitions
+    for system, points in partitions.items():
+        assert [p["partitions"] for p in points] == [1, 10], (system, points)
+        assert all(p["mb_per_s"] > 0 and p["mb_per_core_s"] > 0 for p in points), points
+    (tenants,) = document["tenants"]
+    assert tenants["tenants"] == 1 and tenants["setup_p99_ms"] > 0, tenants
+    assert tenants["gateway_rss_mb"] > 0 and tenants["mb_per_s"] > 0, tenants
+    (cluster,) = document["cluster"]
+    assert cluster["partitions"] == 100 and cluster["metadata_ms"] > 0, cluster
+    assert 0 < cluster["failover_s"] < 60, cluster
+    for curve in ("partitions", "tenants", "cluster"):
+        assert (out / f"scale_{curve}.png").stat().st_size > 0, curve
+    assert "**Cluster size**" in (out / "table.md").read_text()
