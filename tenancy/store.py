@@ -109,6 +109,12 @@ class TenancyStore:
         found = await self._call(self._client.get_prefix(prefix + b"/"))
         return [bytes(kv.value) for kv in found]
 
+    async def stamp(self) -> tuple[int, int]:
+        """What changes whenever any tenancy record does (:meth:`EtcdClient.prefix_stamp`):
+        one small read, where :meth:`snapshot` reads and decodes every record."""
+        stamp: tuple[int, int] = await self._call(self._client.prefix_stamp(self._root + b"/"))
+        return stamp
+
     async def snapshot(self) -> TenancySnapshot:
         """All records in one read (one revision), so they agree with each other."""
         prefix = self._root + b"/"
