@@ -27,10 +27,15 @@ from shoal.operator.builders import broker_template_hash, build_children, outdat
 from shoal.operator.builders.common import MANAGED_BY
 from shoal.operator.cluster_spec import ClusterSpec
 from shoal.operator.context import OperatorContext
-from shoal.operator.endpoints import ClusterEndpoints, broker_pod, node_reader_binding_name
+from shoal.operator.endpoints import (
+    ClusterEndpoints,
+    broker_name,
+    broker_pod,
+    node_reader_binding_name,
+)
 from shoal.operator.kafka_admin import ClusterAdmin, KafkaAdminError
 from shoal.operator.kube import KubeClient
-from shoal.operator.pods import pod_ready, restart_pod
+from shoal.operator.pods import pod_ready, restart_pod, template_seen
 from shoal.operator.rebalance import drain_brokers, spread_onto
 from shoal.operator.roller import Roller
 
@@ -150,8 +155,9 @@ async def roll_brokers(
 ) -> list[int]:
     """Restart every broker whose pod runs an outdated template; returns their ids.
 
-    Raises the roller's RollBlocked or RollStalled, or PodNotBack, when a
-    broker cannot restart safely or does not come back in time; the brokers
+    Raises the roller's RollBlocked or RollStalled, or PodNotBack (and its
+    TemplateNotSeen), when a broker cannot restart safely or does not come back
+    in time; the brokers
     restarted before stay restarted, so the next attempt continues.
     """
     wanted = broker_template_hash(spec, ctx.default_image)
@@ -160,6 +166,13 @@ async def roll_brokers(
     if not outdated:
         return []
     intervals = ctx.intervals
+    await template_seen(
+        kube,
+        namespace,
+        broker_name(cluster),
+        intervals.pod_ready_timeout_s,
+        intervals.pod_poll_s,
+    )
     restart = partial(
         _restart_broker,
         kube,

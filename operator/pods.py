@@ -22,6 +22,10 @@ class PodNotBack(Exception):  # noqa: N818 (reads as what happened)
     """A restarted pod did not come back Ready with the wanted template in time."""
 
 
+class TemplateNotSeen(PodNotBack):
+    """The StatefulSet controller did not take up the applied template in time."""
+
+
 def pod_ready(pod: Mapping[str, Any]) -> bool:
     if (pod.get("metadata") or {}).get("deletionTimestamp"):
         return False
@@ -33,6 +37,32 @@ def pod_template_hash(pod: Mapping[str, Any]) -> str | None:
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
     value = annotations.get(TEMPLATE_HASH)
     return value if isinstance(value, str) else None
+
+
+async def template_seen(
+    kube: KubeClient, namespace: str, statefulset: str, timeout_s: float, poll_s: float
+) -> None:
+    """Wait until the StatefulSet controller has seen ``statefulset``'s latest spec.
+
+    A pod deleted before then is made again from the template the controller
+    last saw: the old one, right after an apply. The roller would wait for the
+    new template in vain and, on its next attempt, restart that broker again.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while True:
+        found = await kube.get("apps/v1", "StatefulSet", namespace, statefulset)
+        if found is None:
+            raise TemplateNotSeen(f"StatefulSet {statefulset} is gone")
+        generation = found["metadata"].get("generation", 0)
+        if (found.get("status") or {}).get("observedGeneration", 0) >= generation:
+            return
+        if loop.time() >= deadline:
+            raise TemplateNotSeen(
+                f"the StatefulSet controller did not take up generation {generation} of "
+                f"{statefulset} in {timeout_s:g} s"
+            )
+        await asyncio.sleep(poll_s)
 
 
 async def restart_pod(

@@ -727,7 +727,12 @@ async def _sync_statefulset(
             async with client.delete(f"{base}/{pod_name}") as response:
                 response.raise_for_status()
     status = sts.get("status") or {}
-    wanted = {"replicas": replicas, "readyReplicas": ready, "availableReplicas": ready}
+    wanted = {
+        "replicas": replicas,
+        "readyReplicas": ready,
+        "availableReplicas": ready,
+        "observedGeneration": meta.get("generation", 1),
+    }
     if any(status.get(k) != v for k, v in wanted.items()):
         async with client.patch(
             f"/apis/apps/v1/namespaces/{namespace}/statefulsets/{name}/status",

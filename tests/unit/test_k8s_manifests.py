@@ -66,6 +66,8 @@ NAMESPACED_NEEDS = {
         for v in ("list", "create", "patch", "delete")
     ),
     *(("", "pods", v) for v in ("get", "list", "delete")),
+    # The roller waits until the broker StatefulSet's controller saw its template.
+    ("apps", "statefulsets", "get"),
     # kopf posts a failed handler's warnings as Events.
     ("", "events", "create"),
 }

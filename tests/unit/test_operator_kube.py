@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import logging
 from collections.abc import AsyncIterator
@@ -15,6 +16,7 @@ from shoal.operator.builders import build_children
 from shoal.operator.cluster_spec import ClusterSpec
 from shoal.operator.endpoints import broker_name, config_name
 from shoal.operator.kube import FIELD_MANAGER, KubeClient, KubeError, kube_config
+from shoal.operator.pods import TemplateNotSeen, template_seen
 
 NS = "team-a"
 PEM = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
@@ -256,3 +258,43 @@ async def test_errors_carry_the_api_status_and_message(api: FakeKubeApi, kube: K
         await kube.get("v1", "ConfigMap", NS, "cm")
     assert caught.value.status == 403
     assert "forbidden here" in str(caught.value)
+
+
+async def _observe(api: FakeKubeApi, name: str, generation: int) -> None:
+    """What the StatefulSet controller writes once it has taken up ``generation``."""
+    path = f"/apis/apps/v1/namespaces/{NS}/statefulsets/{name}/status"
+    headers = {"Content-Type": "application/merge-patch+json"}
+    async with api.servers[0].client.patch(
+        path,
+        json={"status": {"replicas": 1, "observedGeneration": generation}},
+        headers=headers,
+    ) as response:
+        response.raise_for_status()
+
+
+async def test_the_roller_waits_until_the_controller_has_seen_the_applied_template(
+    api: FakeKubeApi, kube: KubeClient
+) -> None:
+    name = broker_name("c")
+    statefulset, _ = _broker_children({"brokers": {"replicas": 1}})
+    await kube.apply(statefulset)
+    await _observe(api, name, 1)
+    await template_seen(kube, NS, name, timeout_s=1, poll_s=0.01)
+
+    changed, _ = _broker_children({"brokers": {"replicas": 1, "config": {"a": "b"}}})
+    changed["spec"]["template"]["metadata"]["annotations"]["changed"] = "yes"
+    applied = await kube.apply(changed)
+    assert applied["metadata"]["generation"] == 2
+    # Not seen yet: a pod deleted now would come back from the old template.
+    with pytest.raises(TemplateNotSeen, match="generation 2"):
+        await template_seen(kube, NS, name, timeout_s=0.2, poll_s=0.01)
+    waiting = asyncio.create_task(template_seen(kube, NS, name, timeout_s=5, poll_s=0.01))
+    await asyncio.sleep(0.1)
+    assert not waiting.done()
+    await _observe(api, name, 2)
+    await asyncio.wait_for(waiting, 2)
+
+
+async def test_a_missing_statefulset_is_not_waited_for(kube: KubeClient) -> None:
+    with pytest.raises(TemplateNotSeen, match="gone"):
+        await template_seen(kube, NS, broker_name("nope"), timeout_s=5, poll_s=0.01)

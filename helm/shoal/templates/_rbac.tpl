@@ -28,10 +28,14 @@ watches every namespace, a Role in each namespace of watchNamespaces.
 # A Cluster's etcd and broker StatefulSets and its gateway Deployment, applied
 # with server-side apply (field manager shoal-operator; a patch, and create
 # when the object is new), listed by the Cluster's labels and deleted when the
-# operator no longer builds them; never read one by one or watched.
+# operator no longer builds them; never watched. The roller reads the broker
+# StatefulSet to wait until its controller has seen an applied template.
 - apiGroups: [apps]
   resources: [statefulsets, deployments]
   verbs: [list, create, patch, delete]
+- apiGroups: [apps]
+  resources: [statefulsets]
+  verbs: [get]
 # A Cluster's Services, ConfigMap and brokers' ServiceAccount; a Tenant's
 # key Secrets (applied, and deleted when a key is removed from the Tenant).
 - apiGroups: [""]
