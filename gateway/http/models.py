@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, PrivateAttr
 from shoal.gateway.http.encoding import DataType
 
 TOPIC_NAME_PATTERN = r"^[a-zA-Z0-9._-]{1,249}$"
@@ -172,6 +172,19 @@ class ProduceResult(BaseModel):
     timestamp: datetime | None = None
     key: DataSize | None = None
     value: DataSize | None = None
+
+
+class QuotaRefusal(ProduceResult):
+    """A record refused because its tenant is over a quota."""
+
+    # Not part of the body: a single record's 429 says it in Retry-After. (Private,
+    # and only here: a private attribute slows the building of every result.)
+    _retry_after_ms: int = PrivateAttr(default=0)
+
+    @property
+    def retry_after_ms(self) -> int:
+        """How long until the tenant may send again."""
+        return self._retry_after_ms
 
 
 class ProduceBatchEntry(ProduceRecord):

@@ -57,6 +57,7 @@ from shoal.gateway.http.models import (
     DataSize,
     ProduceRecord,
     ProduceResult,
+    QuotaRefusal,
     ReadHeader,
     ReadRecord,
     ReadRecords,
@@ -434,7 +435,9 @@ def _call_failure(exc: Exception) -> ProduceResult:
     if isinstance(exc, KafkaCallError):
         return _failure(kafka_error_code(exc.code), str(exc), exc.code)
     if isinstance(exc, QuotaExceededError):
-        return _failure(ErrorCode.TOO_MANY_REQUESTS, str(exc))
+        refused = QuotaRefusal(error_code=int(ErrorCode.TOO_MANY_REQUESTS), message=str(exc))
+        refused._retry_after_ms = exc.retry_after_ms
+        return refused
     return _failure(ErrorCode.UNAVAILABLE, f"the brokers are unreachable: {exc}")
 
 

@@ -52,6 +52,7 @@ from shoal.gateway.http.models import (
     ProduceBatchSuccess,
     ProduceRecord,
     ProduceResult,
+    QuotaRefusal,
     ReadRecords,
     SetConfig,
     Topic,
@@ -318,7 +319,10 @@ async def produce(
         message = result.message or ""
         if result.kafka_error and result.kafka_error not in message:
             message = f"{result.kafka_error}: {message}"
-        raise ApiError(ErrorCode(result.error_code), message)
+        headers = None
+        if isinstance(result, QuotaRefusal):
+            headers = {"Retry-After": _retry_after(result.retry_after_ms)}
+        raise ApiError(ErrorCode(result.error_code), message, headers)
     return JSONResponse(result.model_dump(mode="json"))
 
 
@@ -448,10 +452,16 @@ async def _kafka_call_error(request: Request, exc: Exception) -> JSONResponse:
 async def _quota_exceeded(request: Request, exc: Exception) -> JSONResponse:
     del request
     assert isinstance(exc, QuotaExceededError)
-    retry_after = max(1, math.ceil(exc.retry_after_ms / 1000))
     return error_response(
-        ErrorCode.TOO_MANY_REQUESTS, str(exc), headers={"Retry-After": str(retry_after)}
+        ErrorCode.TOO_MANY_REQUESTS,
+        str(exc),
+        headers={"Retry-After": _retry_after(exc.retry_after_ms)},
     )
+
+
+def _retry_after(wait_ms: int) -> str:
+    """Retry-After counts whole seconds: at least one, so a client does wait."""
+    return str(max(1, math.ceil(wait_ms / 1000)))
 
 
 async def _upstream_error(request: Request, exc: Exception) -> JSONResponse:

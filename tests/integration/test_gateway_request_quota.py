@@ -14,7 +14,9 @@ once and never throttled. The time charged and the throttles are visible in
 
 from __future__ import annotations
 
+import base64
 import dataclasses
+import os
 import statistics
 import threading
 import time
@@ -26,6 +28,7 @@ from typing import Any
 import httpx
 import pytest
 from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
 from conftest import GatewayCluster, module_gateway_cluster
 from gateway_env import GatewayProcess, TenantKey, limit_refusals
 from harness import EtcdServer
@@ -253,3 +256,43 @@ def test_the_http_door_draws_on_the_same_budget(cluster: GatewayCluster) -> None
     # 1% of 3 s, a window of burst and one of debt, and the call in flight.
     assert charged <= 0.01 * 3.0 + 0.05, (charged, len(statuses))
     assert set(statuses) <= {200, 429}, statuses
+
+
+def test_an_http_record_refused_over_the_byte_rate_says_when_to_come_back(
+    cluster: GatewayCluster,
+) -> None:
+    # 20 KB/s against four clients posting 16 KB records at once: the tenant soon owes
+    # more than a window, and the HTTP door answers 429 rather than hold the request.
+    tenant = cluster.tenant(unique("posting"), quotas=Quotas(producer_byte_rate=20_000.0))
+    admin = AdminClient(tenant.librdkafka())
+    admin.create_topics([NewTopic("posts", 1)])["posts"].result(30)
+    value = base64.b64encode(os.urandom(12_000)).decode()
+    refusals: list[httpx.Response] = []
+    stored = 0
+    lock = threading.Lock()
+
+    def post(http: httpx.Client, path: str, until: float) -> None:
+        nonlocal stored
+        while time.monotonic() < until:
+            answer = http.post(path, json={"value": {"type": "BINARY", "data": value}})
+            with lock:
+                if answer.status_code == 429:
+                    refusals.append(answer)
+                else:
+                    assert answer.status_code == 200, answer.text
+                    stored += 1
+
+    auth = (tenant.key_id, tenant.secret)
+    with httpx.Client(base_url=cluster.gateway.http_url, auth=auth, timeout=60) as http:
+        cluster_id = http.get("/v3/clusters").json()["data"][0]["cluster_id"]
+        path = f"/v3/clusters/{cluster_id}/topics/posts/records"
+        until = time.monotonic() + 3.0
+        posters = [threading.Thread(target=post, args=(http, path, until)) for _ in range(4)]
+        for poster in posters:
+            poster.start()
+        for poster in posters:
+            poster.join(60)
+    assert stored and refusals, (stored, len(refusals))
+    for refusal in refusals:
+        assert refusal.json()["error_code"] == 42900, refusal.text
+        assert int(refusal.headers["Retry-After"]) >= 1, refusal.headers
