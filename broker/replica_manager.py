@@ -55,6 +55,8 @@ class ReplicaManager:
         self.clock = clock
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self.partitions: dict[TopicPartition, Partition] = {}
+        self._hosted: dict[str, set[int]] = {}
+        """The indexes of ``partitions`` by topic: what a topic's change may drop."""
         self.image: ClusterImage | None = None
         self.fetchers = ReplicaFetcherManager(
             self._address_of, fetcher_settings or FetcherSettings(node_id), self._follow_log_start
@@ -76,44 +78,78 @@ class ReplicaManager:
     # -- following the image -----------------------------------------------------
 
     def apply(self, image: ClusterImage) -> None:
+        """Follow ``image``: only what changed since the last one is looked at.
+
+        The store's images keep the same TopicImage, record and state objects
+        for what did not change (:class:`shoal.broker.cluster.etcd_store`), so
+        a change costs in proportion to its topic, not to every partition here.
+        """
+        before = self.image.topics if self.image is not None else None
         self.image = image
-        wanted: set[TopicPartition] = set()
         for name, topic in image.topics.items():
-            record = topic.record
-            config = self.log_config(topic)
+            previous = before.get(name) if before is not None else None
+            if previous is not topic:
+                self._apply_topic(name, topic, previous)
+        if before is None:
+            # The first image: logs found on disk that no partition here wants.
+            for tp in [tp for tp in self.logs.logs if tp not in self.partitions]:
+                log.info("event=stray_log_removed topic=%s partition=%d", *tp)
+                self.logs.delete(*tp)
+            return
+        for name in before.keys() - image.topics.keys():
+            self._drop_topic(name)
+
+    def _apply_topic(self, name: str, topic: TopicImage, previous: TopicImage | None) -> None:
+        record = topic.record
+        same_record = previous is not None and previous.record is record
+        config = None if same_record else self.log_config(topic)
+        if not same_record:
             on_disk = self.logs.topic_id_on_disk(name)
             if on_disk is not None and on_disk != record.topic_id:
                 log.info("event=stale_topic_logs_removed topic=%s old_topic_id=%s", name, on_disk)
                 self._drop_topic(name)
-            for index, replicas in enumerate(record.assignment):
-                state = topic.partitions.get(index)
-                if self.node_id not in replicas or state is None:
-                    continue
-                tp: TopicPartition = (name, index)
-                wanted.add(tp)
-                partition = self.partitions.get(tp)
-                if partition is None:
-                    plog = self.logs.get_or_create(name, index, record.topic_id, config)
-                    partition = Partition(
-                        name,
-                        index,
-                        record.topic_id,
-                        self.node_id,
-                        plog,
-                        self.clock,
-                        may_lead=self.may_lead,
-                    )
-                    self.partitions[tp] = partition
-                elif partition.log.config != config:
-                    partition.log.update_config(config)
-                revision = topic.partition_revisions.get(index, 0)
-                if partition.update_state(replicas, state, revision):
-                    self._role_changed(partition, state)
-        for tp in [tp for tp in self.partitions if tp not in wanted]:
-            self._drop(tp)
-        for tp in [tp for tp in self.logs.logs if tp not in wanted]:
-            log.info("event=stray_log_removed topic=%s partition=%d", *tp)
-            self.logs.delete(*tp)
+        hosted = self._hosted.setdefault(name, set())
+        wanted: set[int] = set()
+        for index, replicas in enumerate(record.assignment):
+            state = topic.partitions.get(index)
+            if self.node_id not in replicas or state is None:
+                continue
+            wanted.add(index)
+            revision = topic.partition_revisions.get(index, 0)
+            if (
+                previous is not None
+                and same_record
+                and index in hosted
+                and previous.partitions.get(index) is state
+                and previous.partition_revisions.get(index, 0) == revision
+            ):
+                continue  # nothing of this partition changed
+            tp: TopicPartition = (name, index)
+            partition = self.partitions.get(tp)
+            if partition is None:
+                plog = self.logs.get_or_create(
+                    name, index, record.topic_id, config or self.log_config(topic)
+                )
+                partition = Partition(
+                    name,
+                    index,
+                    record.topic_id,
+                    self.node_id,
+                    plog,
+                    self.clock,
+                    may_lead=self.may_lead,
+                )
+                self.partitions[tp] = partition
+            elif config is not None and partition.log.config != config:
+                partition.log.update_config(config)
+            if partition.update_state(replicas, state, revision):
+                self._role_changed(partition, state)
+        for index in hosted - wanted:
+            self._drop((name, index))
+        if wanted:
+            self._hosted[name] = wanted
+        else:
+            self._hosted.pop(name, None)
 
     def _role_changed(self, partition: Partition, state: PartitionState) -> None:
         tp = (partition.topic, partition.index)
@@ -134,13 +170,17 @@ class ReplicaManager:
     def _drop_topic(self, name: str) -> None:
         for tp in [tp for tp in self.logs.logs if tp[0] == name]:
             self._drop(tp)
-            self.logs.delete(*tp)
+        for index in self._hosted.pop(name, set()):
+            self._drop((name, index))
 
     def _drop(self, tp: TopicPartition) -> None:
         self.fetchers.unfollow(tp)
         partition = self.partitions.pop(tp, None)
         if partition is not None:
             partition.wake()
+        hosted = self._hosted.get(tp[0])
+        if hosted is not None:
+            hosted.discard(tp[1])
         self.logs.delete(*tp)
 
     # -- the ISR, as leader --------------------------------------------------------

@@ -520,7 +520,7 @@ class EtcdMetadataStore:
     async def _follow(self) -> AsyncIterator[ClusterImage]:
         root = self._root + b"/"
         snapshot = await self._client.get_prefix(root)
-        state = _ImageBuilder(self._root)
+        state = ImageBuilder(self._root)
         for kv in snapshot:
             state.put(kv.key, kv.value, kv.mod_revision, kv.create_revision)
         revision = snapshot.header.revision
@@ -566,8 +566,15 @@ class EtcdMetadataStore:
                 await watch.cancel()
 
 
-class _ImageBuilder:
-    """Decoded records by key, from which images are built."""
+class ImageBuilder:
+    """Decoded records by key, from which images are built.
+
+    An image reuses the previous one's TopicImage (the same object) for every
+    topic no key of which changed since, and each record and state object
+    lives until its key is written again: a listener finds what changed by
+    identity, in time proportional to the change rather than to the cluster
+    (an ISR change among 10,000 partitions must not walk them all).
+    """
 
     def __init__(self, root: bytes) -> None:
         self._root = root
@@ -576,6 +583,8 @@ class _ImageBuilder:
         self.controller: ControllerLease | None = None
         self.topics: dict[TopicName, tuple[TopicRecord, int]] = {}
         self.partitions: dict[TopicName, dict[int, tuple[PartitionState, int]]] = {}
+        self._built: dict[TopicName, TopicImage] = {}
+        self._changed: set[TopicName] = set()
 
     def _parts(self, key: bytes) -> list[str]:
         return key[len(self._root) + 1 :].decode().split("/")
@@ -593,9 +602,11 @@ class _ImageBuilder:
                     self.controller = ControllerLease(node_id, create_revision)
                 case ["topics", name]:
                     self.topics[TopicName(name)] = (TopicRecord.from_json(value), mod_revision)
+                    self._changed.add(TopicName(name))
                 case ["partitions", name, index]:
                     states = self.partitions.setdefault(TopicName(name), {})
                     states[int(index)] = (PartitionState.from_json(value), mod_revision)
+                    self._changed.add(TopicName(name))
         except (ValueError, KeyError):
             log.exception("event=metadata_record_unreadable key=%s", key)
 
@@ -607,30 +618,44 @@ class _ImageBuilder:
                 self.controller = None
             case ["topics", name]:
                 self.topics.pop(TopicName(name), None)
+                self._changed.add(TopicName(name))
             case ["partitions", name, index]:
                 states = self.partitions.get(TopicName(name), {})
                 states.pop(int(index), None)
                 if not states:
                     self.partitions.pop(TopicName(name), None)
+                self._changed.add(TopicName(name))
 
     def image(self, revision: int) -> ClusterImage:
-        topics = {}
-        for name, (record, mod_revision) in self.topics.items():
-            # States past the record's count are a CreatePartitions that has not (or
-            # never) stored its record: not partitions yet (EtcdMetadataStore.update_topic).
-            states = {
-                i: stored
-                for i, stored in self.partitions.get(name, {}).items()
-                if i < record.partition_count
-            }
-            topics[name] = TopicImage(
-                record,
-                {i: state for i, (state, _) in states.items()},
-                mod_revision,
-                {i: rev for i, (_, rev) in states.items()},
-            )
+        for name in self._changed:
+            built = self._topic_image(name)
+            if built is None:
+                self._built.pop(name, None)
+            else:
+                self._built[name] = built
+        self._changed.clear()
         return ClusterImage.build(
-            self.cluster_id, revision, dict(self.brokers), topics, self.controller
+            self.cluster_id, revision, dict(self.brokers), dict(self._built), self.controller
+        )
+
+    def _topic_image(self, name: TopicName) -> TopicImage | None:
+        """The topic as images show it: None without its record."""
+        found = self.topics.get(name)
+        if found is None:
+            return None
+        record, mod_revision = found
+        # States past the record's count are a CreatePartitions that has not (or
+        # never) stored its record: not partitions yet (EtcdMetadataStore.update_topic).
+        states = {
+            i: stored
+            for i, stored in self.partitions.get(name, {}).items()
+            if i < record.partition_count
+        }
+        return TopicImage(
+            record,
+            {i: state for i, (state, _) in states.items()},
+            mod_revision,
+            {i: rev for i, (_, rev) in states.items()},
         )
 
 
