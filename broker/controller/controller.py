@@ -40,6 +40,7 @@ from shoal.broker.controller.decisions import (
     IsrChangeRefusedError,
     IsrChangeRequest,
     alter_isr,
+    changed_since,
     elect_leaders,
     elect_requested,
     rebalance_preferred_leaders,
@@ -105,6 +106,9 @@ class Controller:
         self._image_changed = asyncio.Event()
         self._rebalance_due = False
         self._tasks: list[asyncio.Task[None]] = []
+        self._settled: ClusterImage | None = None
+        """The last image every decision was made for (in ``_settled_under``'s term)."""
+        self._settled_under: ControllerLease | None = None
 
     @property
     def lease(self) -> ControllerLease | None:
@@ -301,7 +305,9 @@ class Controller:
         lease = self.lease
         if lease is None:
             return
-        changes = elect_leaders(image, self.unclean_allowed)
+        settled = self._settled if self._settled_under == lease else None
+        scope = changed_since(settled, image)
+        changes = elect_leaders(scope, self.unclean_allowed)
         if not changes and self._rebalance_due:
             self._rebalance_due = False
             changes = rebalance_preferred_leaders(
@@ -314,9 +320,11 @@ class Controller:
             for change in changes:
                 _log_change(change)
             return
-        for completed in complete_reassignments(image):
+        for completed in complete_reassignments(scope):
             await self.store.update_assignment(completed, lease)
             _log_assignment(completed, "reassignment_completed")
+        # Nothing left to decide here: later images are looked at for what changed since.
+        self._settled, self._settled_under = image, lease
 
 
 def _log_change(change: PartitionChange) -> None:

@@ -59,6 +59,25 @@ def _slots(image: ClusterImage) -> Iterator[tuple[TopicImage, _Slot]]:
                 yield topic, _Slot(name, index, replicas, state, revision)
 
 
+def changed_since(settled: ClusterImage | None, image: ClusterImage) -> ClusterImage:
+    """What of ``image`` may need a decision, knowing ``settled`` needed none.
+
+    With the same brokers, a topic the store kept as the same object (it
+    keeps every topic no write touched) is as it was in ``settled``, so only
+    the others are left; with other brokers, or nothing settled, the whole
+    image. :func:`elect_leaders` and the completion of reassignments decide
+    per partition from the brokers and the partition alone, so deciding on
+    this part decides on the image, in time proportional to what changed.
+    """
+    if settled is None or settled.brokers != image.brokers:
+        return image
+    before = settled.topics
+    changed = {name: topic for name, topic in image.topics.items() if before.get(name) is not topic}
+    return ClusterImage.build(
+        image.cluster_id, image.revision, image.brokers, changed, image.controller
+    )
+
+
 def _change(slot: _Slot, leader: NodeId, isr: tuple[NodeId, ...]) -> PartitionChange | None:
     state = slot.state
     if leader == state.leader and isr == state.isr:

@@ -31,6 +31,7 @@ from shoal.broker.controller.decisions import (
     IsrChangeRefusedError,
     IsrChangeRequest,
     alter_isr,
+    changed_since,
     elect_leaders,
     elect_requested,
     rebalance_preferred_leaders,
@@ -519,3 +520,26 @@ def test_unclean_election_with_no_replica_alive_elects_nobody() -> None:
     orders = _topic("orders", [((1, 2), _state(-1, (1,)))], {UNCLEAN: "true"})
     outcomes = _outcomes(_image([orders], live=(3,)), [("orders", 0)], UNCLEAN_ELECTION)
     assert outcomes["orders", 0].code == "eligible_leaders_not_available"
+
+
+def test_after_a_settled_image_only_the_topics_that_changed_are_decided_on() -> None:
+    quiet = _topic("quiet", [([0, 1, 2], _state(0, [0, 1, 2]))])
+    busy = _topic("busy", [([0, 1, 2], _state(1, [0, 1, 2]))])
+    settled = _image([quiet, busy], live=[0, 1, 2])
+    # Broker 1's lease lapsed and the store wrote "busy" again meanwhile.
+    busy_again = _topic("busy", [([0, 1, 2], _state(1, [1, 2]))])
+    same_brokers = _image([quiet, busy_again], live=[0, 1, 2])
+    scope = changed_since(settled, same_brokers)
+    assert set(scope.topics) == {"busy"}
+    assert scope.brokers == same_brokers.brokers
+
+    # Other brokers: any partition may need a leader or a smaller ISR, so the whole image.
+    one_gone = _image([quiet, busy_again], live=[0, 2])
+    assert changed_since(settled, one_gone) is one_gone
+    changes = elect_leaders(changed_since(settled, one_gone), _never)
+    assert {c.topic for c in changes} == {"quiet", "busy"}
+    assert changed_since(None, same_brokers) is same_brokers
+
+
+def _never(_topic: TopicImage) -> bool:
+    return False
