@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Final
@@ -58,6 +59,8 @@ log = logging.getLogger(__name__)
 _RETRY_S: Final = 0.5
 _CATCH_UP_S: Final = 2.0
 """How long an ISR request waits for our image to reach the partition epoch it names."""
+ISR_WRITE_CHUNK: Final = 100
+"""ISR changes written in one etcd transaction (etcd takes 128 operations of each kind)."""
 
 
 class NotControllerError(Exception):
@@ -125,46 +128,82 @@ class Controller:
 
     async def alter_partitions(self, requests: list[IsrChangeRequest]) -> list[IsrChangeResult]:
         """AlterPartition: check each leader's ISR request and write it; NotControllerError
-        if this broker is not the controller."""
+        if this broker is not the controller.
+
+        Every request is decided first, then the changes are written together, up to
+        :data:`ISR_WRITE_CHUNK` in one etcd transaction: a broker rejoining a cluster of
+        thousands of partitions comes back into their ISRs in a few writes, not one
+        round trip each. A transaction that loses a compare-and-swap is written again
+        change by change, so only the changes that lost are refused.
+        """
         if self.lease is None:
             raise NotControllerError
-        results = []
-        unavailable = False
-        for request in requests:
-            if unavailable:
-                # etcd just failed one write: the rest would each wait out the same
-                # timeout, and the leader's request would time out before the answer.
-                results.append(IsrChangeResult(request, "request_timed_out", None))
+        results: dict[int, IsrChangeResult] = {}
+        decided: list[tuple[int, PartitionChange]] = []
+        asked: set[tuple[uuid.UUID, int]] = set()
+        for at, request in enumerate(requests):
+            if (request.topic_id, request.index) in asked:
+                # etcd refuses two writes of one key in a transaction; a leader names
+                # each partition once.
+                results[at] = IsrChangeResult(request, "invalid_request", None)
                 continue
+            asked.add((request.topic_id, request.index))
             await self._catch_up(request)
-            lease, image = self.lease, self.image
-            if lease is None or image is None:
+            image = self.image
+            if self.lease is None or image is None:
                 raise NotControllerError
             try:
                 change = alter_isr(image, request)
             except IsrChangeRefusedError as exc:
-                results.append(IsrChangeResult(request, exc.code, None))
+                results[at] = IsrChangeResult(request, exc.code, None)
                 continue
             if change is None:
                 topic = image.topic_by_id(request.topic_id)
                 state = topic.partitions.get(request.index) if topic is not None else None
-                results.append(IsrChangeResult(request, None, state))
+                results[at] = IsrChangeResult(request, None, state)
                 continue
+            decided.append((at, change))
+        for at, code in (await self._write_isr_changes([c for _, c in decided])).items():
+            request, change = requests[decided[at][0]], decided[at][1]
+            if code is None:
+                _log_change(change)
+            results[decided[at][0]] = IsrChangeResult(
+                request, code, change.state if code is None else None
+            )
+        return [results[at] for at in range(len(requests))]
+
+    async def _write_isr_changes(self, changes: list[PartitionChange]) -> dict[int, str | None]:
+        """Write ``changes``; each one's error name (None: written), by its index."""
+        outcome: dict[int, str | None] = {}
+        pending = [
+            list(range(at, min(at + ISR_WRITE_CHUNK, len(changes))))
+            for at in range(0, len(changes), ISR_WRITE_CHUNK)
+        ]
+        while pending:
+            chunk = pending.pop(0)
+            lease = self.lease
+            if lease is None:
+                raise NotControllerError
             try:
-                await self.store.update_partitions([change], lease)
+                await self.store.update_partitions([changes[at] for at in chunk], lease)
             except ConflictError:
-                results.append(IsrChangeResult(request, "invalid_update_version", None))
+                if len(chunk) > 1:
+                    # Some change lost its compare-and-swap: find which, one by one.
+                    pending[:0] = [[at] for at in chunk]
+                else:
+                    outcome[chunk[0]] = "invalid_update_version"
                 continue
             except StoreUnavailableError as exc:
                 # etcd did not take the write (no quorum where it went, or too slow): the
                 # leader proposes again, as after any refusal; the connection stays up.
+                # The rest are not tried: each would wait out the same timeout, and the
+                # leader's request would time out before the answer.
                 log.warning("event=alter_partition_not_written error=%s", exc)
-                results.append(IsrChangeResult(request, "request_timed_out", None))
-                unavailable = True
-                continue
-            _log_change(change)
-            results.append(IsrChangeResult(request, None, change.state))
-        return results
+                for rest in (chunk, *pending):
+                    outcome |= dict.fromkeys(rest, "request_timed_out")
+                break
+            outcome |= dict.fromkeys(chunk)
+        return outcome
 
     async def alter_reassignments(
         self, requests: list[ReassignmentRequest]
