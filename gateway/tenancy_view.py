@@ -37,6 +37,7 @@ class TenancyView:
         self.on_change: list[Callable[[TenancySnapshot], None]] = []
         self._subjects: dict[str, str] = {}
         """Certificate subject -> id of the live key it signs in as."""
+        self._loading = asyncio.Lock()
         self._stamp: tuple[int, int] | None = None
         """The tenancy records' stamp when the snapshot was last read: a poll that finds it
         unchanged reads nothing more (with a thousand tenants, reading and decoding every
@@ -54,6 +55,14 @@ class TenancyView:
         return await self._lookup(key_id)
 
     async def load(self) -> None:
+        # One at a time: the poll and a login asking for a key made since may both
+        # load, and one that read earlier but finished later would put older records
+        # back. (Not "only a higher revision": after an etcd restore the revision
+        # goes back, and the restored records must still be taken.)
+        async with self._loading:
+            await self._load()
+
+    async def _load(self) -> None:
         # The stamp is read first: a change between it and the snapshot is in the
         # snapshot, and moves the stamp the next poll reads, which reads again.
         stamp = await self.store.stamp()
