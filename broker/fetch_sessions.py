@@ -269,6 +269,21 @@ class FetchContext:
     epoch: int = 0
     """The session's epoch after this request; another request since then wins."""
 
+    def told(self, want: WantedPartition) -> tuple[int, int, int] | None:
+        """(high watermark, log start, last stable offset) as this session last told
+        them for ``want``, or None when an answer must carry the partition whatever
+        it holds (no session, never answered, or answered with an error).
+
+        A partition with no records to give and these three unchanged is left out
+        of an incremental answer: the fetch handler need not read it at all.
+        """
+        if self.session is None:
+            return None
+        cached = self.session.partitions.get(partition_key(want, self.uses_topic_ids))
+        if cached is None or cached.high_watermark < 0:
+            return None
+        return cached.high_watermark, cached.log_start_offset, cached.last_stable_offset
+
     def answer(self, results: Sequence[R]) -> tuple[int, list[R]] | ErrorCode:
         """(the answer's session id, the results it carries), or an ErrorCode to refuse.
 
@@ -291,6 +306,8 @@ class FetchContext:
             # Another request of this session was read while this one long-polled.
             return ErrorCode.invalid_fetch_session_epoch
         carried = []
+        # Only what was read: a partition the handler found quiet is left out, as
+        # must_answer would leave it (and what it was told stays remembered).
         for result in results:
             key = partition_key(result.wanted, self.uses_topic_ids)
             if session.partitions[key].must_answer(result):

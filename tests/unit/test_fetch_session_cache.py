@@ -117,6 +117,32 @@ def test_a_partition_healed_of_its_error_is_answered_once_more() -> None:
     assert carried(ctx, [Read(ctx.partitions[0])]) == []
 
 
+def test_an_incremental_fetch_says_what_its_session_was_told_of_each_partition() -> None:
+    cache = FetchSessionCache(slots=10)
+    wanted = [want("t", 0), want("t", 1)]
+    session_id = open_session(cache, wanted, high_watermark=12, log_start_offset=2)
+    ctx = context(cache, session_id, 1)
+    # The handler skips a partition whose state matches and has no records to give.
+    assert ctx.told(ctx.partitions[0]) == (12, 2, 10)
+    assert ctx.told(want("elsewhere", 0)) is None
+    # Left out of the answer, what it was told stays as it was.
+    assert carried(ctx, [Read(ctx.partitions[1], high_watermark=13, log_start_offset=2)]) == [
+        ("t", 1)
+    ]
+    ctx = context(cache, session_id, 2)
+    assert ctx.told(ctx.partitions[0]) == (12, 2, 10)
+    assert ctx.told(ctx.partitions[1]) == (13, 2, 10)
+
+
+def test_nothing_is_known_told_outside_a_session_or_after_an_error() -> None:
+    cache = FetchSessionCache(slots=10)
+    full = context(cache, NO_SESSION, FINAL_EPOCH, [want("t", 0)])
+    assert full.told(want("t", 0)) is None
+    session_id = open_session(cache, [want("t", 0)], code=ErrorCode.not_leader_or_follower)
+    ctx = context(cache, session_id, 1)
+    assert ctx.told(ctx.partitions[0]) is None  # an error's partition is answered again
+
+
 def test_forgotten_partitions_leave_the_session() -> None:
     cache = FetchSessionCache(slots=10)
     session_id = open_session(cache, [want("t", 0), want("t", 1)])
