@@ -147,8 +147,11 @@ class Partition:
         self.state = state
         self.revision = revision
         if self.pending_isr is not None and (
-            state.isr == self.pending_isr or state.leader_epoch != old.leader_epoch
+            state.isr == self.pending_isr or state.partition_epoch != old.partition_epoch
         ):
+            # Landed, or overtaken: the controller refuses a proposal made at an older
+            # partition epoch (a new leader epoch is a new partition epoch too), and
+            # an image may show only the change after ours.
             self.pending_isr = None
         new_role = state.leader != old.leader or state.leader_epoch != old.leader_epoch
         if new_role and self.is_leader:

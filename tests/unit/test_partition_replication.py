@@ -343,6 +343,21 @@ def test_new_leader_epoch_drops_a_pending_change(partition) -> None:
     assert proposal.isr == (F2, ME, F3)
 
 
+def test_a_pending_change_overtaken_by_a_later_state_is_dropped(partition) -> None:
+    # The controller wrote our expansion and then, in the same leader epoch, another
+    # ISR (a broker that left); the image may show only the second.
+    p = partition()
+    p.update_state(REPLICAS, _state(ME, 1, (ME, F2), partition_epoch=4), 10)
+    p.pending_isr = (ME, F2, F3)
+    p.update_state(REPLICAS, _state(ME, 1, (ME, F3), partition_epoch=6), 11)
+    assert p.pending_isr is None
+    p.record_follower_fetch(F2, p.log.log_end_offset)
+    proposal = p.isr_expansion()
+    assert proposal is not None, "the leader proposes again from the state it has"
+    assert proposal.isr == (ME, F3, F2)
+    assert proposal.partition_epoch == 7
+
+
 # -- acks=all -------------------------------------------------------------------------------
 
 
