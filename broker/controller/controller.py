@@ -163,17 +163,16 @@ class Controller:
                 results[at] = IsrChangeResult(request, None, state)
                 continue
             decided.append((at, change))
-        for at, code in (await self._write_isr_changes([c for _, c in decided])).items():
-            request, change = requests[decided[at][0]], decided[at][1]
+        codes = await self._write_isr_changes([change for _, change in decided])
+        for (at, change), code in zip(decided, codes, strict=True):
             if code is None:
                 _log_change(change)
-            results[decided[at][0]] = IsrChangeResult(
-                request, code, change.state if code is None else None
-            )
+            state = change.state if code is None else None
+            results[at] = IsrChangeResult(requests[at], code, state)
         return [results[at] for at in range(len(requests))]
 
-    async def _write_isr_changes(self, changes: list[PartitionChange]) -> dict[int, str | None]:
-        """Write ``changes``; each one's error name (None: written), by its index."""
+    async def _write_isr_changes(self, changes: list[PartitionChange]) -> list[str | None]:
+        """Write ``changes``; each one's error name (None: written), in their order."""
         outcome: dict[int, str | None] = {}
         pending = [
             list(range(at, min(at + ISR_WRITE_CHUNK, len(changes))))
@@ -203,7 +202,7 @@ class Controller:
                     outcome |= dict.fromkeys(rest, "request_timed_out")
                 break
             outcome |= dict.fromkeys(chunk)
-        return outcome
+        return [outcome[at] for at in range(len(changes))]
 
     async def alter_reassignments(
         self, requests: list[ReassignmentRequest]
