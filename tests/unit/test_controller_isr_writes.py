@@ -6,6 +6,11 @@ transaction each, 10,000 partitions took longer than ten minutes. The
 changes of a request now go in transactions of up to ISR_WRITE_CHUNK, and a
 transaction that loses a compare-and-swap is retried change by change, so
 only the change that lost is refused.
+
+When etcd does not take a write (no quorum where it went, found by the fault
+schedule), the store's StoreUnavailableError once escaped the handler and
+the connection was closed with a traceback logged; every change is answered
+REQUEST_TIMED_OUT now, without trying the rest, and the leader proposes again.
 """
 
 from __future__ import annotations
@@ -25,9 +30,12 @@ from shoal.broker.cluster.model import (
     TopicName,
     TopicRecord,
 )
-from shoal.broker.cluster.store import ConflictError, PartitionChange
+from shoal.broker.cluster.store import ConflictError, PartitionChange, StoreUnavailableError
 from shoal.broker.controller.controller import ISR_WRITE_CHUNK, Controller, ControllerSettings
 from shoal.broker.controller.decisions import IsrChangeRequest
+from shoal.broker.handlers.base import error
+
+from shoal.wire import ErrorCode
 
 PARTITIONS = 250
 REPLICAS = (NodeId(1), NodeId(2), NodeId(3))
@@ -35,15 +43,19 @@ SHRUNK = PartitionState(NodeId(1), 3, (NodeId(1), NodeId(2)), 7)
 
 
 class RecordingStore:
-    """Takes every transaction, except one holding a change of a partition in ``moved``."""
+    """Takes every transaction, except one holding a change of a partition in ``moved``;
+    ``without_quorum``, none (as etcd without a leader)."""
 
-    def __init__(self, moved: set[int]) -> None:
+    def __init__(self, moved: set[int], without_quorum: bool = False) -> None:
         self.moved = moved
+        self.without_quorum = without_quorum
         self.transactions: list[list[int]] = []
 
     async def update_partitions(self, changes: Sequence[PartitionChange], lease: Any) -> None:
         indexes = [change.index for change in changes]
         self.transactions.append(indexes)
+        if self.without_quorum:
+            raise StoreUnavailableError("etcd request failed: etcdserver: no leader")
         if self.moved & set(indexes):
             raise ConflictError("partition state changed concurrently")
 
@@ -101,3 +113,13 @@ def test_a_partition_named_twice_in_one_request_is_refused_the_second_time() -> 
     results = asyncio.run(controller.alter_partitions([twice, twice]))
     assert [r.code for r in results] == [None, "invalid_request"]
     assert store.transactions == [[0]]
+
+
+def test_isr_changes_etcd_does_not_take_are_answered_request_timed_out() -> None:
+    store = RecordingStore(moved=set(), without_quorum=True)
+    results = _rejoin_everywhere(store)
+    # Tried once; every change is answered without waiting on etcd again.
+    assert len(store.transactions) == 1
+    assert [r.code for r in results] == ["request_timed_out"] * PARTITIONS
+    assert all(r.state is None for r in results)
+    assert error(results[0].code) is ErrorCode.request_timed_out
