@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from shoal.operator.builders import TEMPLATE_HASH
@@ -48,21 +48,21 @@ async def template_seen(
     last saw: the old one, right after an apply. The roller would wait for the
     new template in vain and, on its next attempt, restart that broker again.
     """
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while True:
+    generation = 0
+
+    async def seen() -> bool:
+        nonlocal generation
         found = await kube.get("apps/v1", "StatefulSet", namespace, statefulset)
         if found is None:
             raise TemplateNotSeen(f"StatefulSet {statefulset} is gone")
         generation = found["metadata"].get("generation", 0)
-        if (found.get("status") or {}).get("observedGeneration", 0) >= generation:
-            return
-        if loop.time() >= deadline:
-            raise TemplateNotSeen(
-                f"the StatefulSet controller did not take up generation {generation} of "
-                f"{statefulset} in {timeout_s:g} s"
-            )
-        await asyncio.sleep(poll_s)
+        return bool((found.get("status") or {}).get("observedGeneration", 0) >= generation)
+
+    if not await _polled(seen, timeout_s, poll_s):
+        raise TemplateNotSeen(
+            f"the StatefulSet controller did not take up generation {generation} of "
+            f"{statefulset} in {timeout_s:g} s"
+        )
 
 
 async def restart_pod(
@@ -82,19 +82,28 @@ async def restart_pod(
     old_uid = (old or {}).get("metadata", {}).get("uid")
     await kube.delete("v1", "Pod", namespace, name)
     log.info("event=broker_pod_deleted namespace=%s pod=%s", namespace, name)
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while True:
+
+    async def back() -> bool:
         pod = await kube.get("v1", "Pod", namespace, name)
-        if (
+        return (
             pod is not None
             and pod["metadata"].get("uid") != old_uid
             and pod_template_hash(pod) == template_hash
             and pod_ready(pod)
-        ):
-            return
+        )
+
+    if not await _polled(back, timeout_s, poll_s):
+        raise PodNotBack(
+            f"pod {name} did not come back Ready with the new template in {timeout_s:g} s"
+        )
+
+
+async def _polled(check: Callable[[], Awaitable[bool]], timeout_s: float, poll_s: float) -> bool:
+    """Whether ``check`` came true, asked every ``poll_s`` for ``timeout_s``."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not await check():
         if loop.time() >= deadline:
-            raise PodNotBack(
-                f"pod {name} did not come back Ready with the new template in {timeout_s:g} s"
-            )
+            return False
         await asyncio.sleep(poll_s)
+    return True
