@@ -8,6 +8,7 @@ JSON error body, and answers the probes Kubernetes asks.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from fastapi import FastAPI, Request
@@ -70,6 +71,8 @@ def build_api() -> FastAPI:
     for router in (routes.router, keys.router, usage.router, oauth_router):
         app.include_router(router, max_body_size=MAX_BODY_BYTES)
 
+    app.openapi = _with_raw_bodies(app)  # type: ignore[method-assign]
+
     @app.get("/healthz", tags=["health"], summary="The process is alive")
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
@@ -87,6 +90,25 @@ def build_api() -> FastAPI:
         return JSONResponse({"status": "ready"})
 
     return app
+
+
+def _with_raw_bodies(app: FastAPI) -> Callable[[], dict[str, Any]]:
+    """``app.openapi`` with the schemas of the bodies routes parse themselves."""
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schemas = generate().setdefault("components", {}).setdefault("schemas", {})
+            for model in routes.RAW_BODIES:
+                schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+                # FastAPI's own rendering of a shared component wins (it differs only
+                # in style: no "default": null, float bounds).
+                for name, nested in schema.pop("$defs", {}).items():
+                    schemas.setdefault(name, nested)
+                schemas.setdefault(model.__name__, schema)
+        return app.openapi_schema  # type: ignore[return-value]
+
+    return openapi
 
 
 def create_app(services: GatewayServices, lookups: Lookups | None = None) -> FastAPI:

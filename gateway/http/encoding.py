@@ -90,7 +90,7 @@ def encode_data(data_type: DataType, data: Any) -> bytes:
         if not isinstance(data, str):
             raise EncodingError("BINARY data must be a base64 string")
         try:
-            return base64.b64decode(data, validate=True)
+            return _unb64_strict(data)
         except (binascii.Error, ValueError) as exc:
             raise EncodingError(f"BINARY data is not valid base64: {exc}") from None
     if data_type is DataType.STRING:
@@ -118,6 +118,12 @@ def decode_data(raw: bytes | None, fmt: ReadFormat, what: str) -> Any:
         raise EncodingError(f"{what} is not JSON; read it with format=string or binary") from None
 
 
+def _unb64_strict(text: str) -> bytes:
+    # What b64decode(validate=True) accepts, checked in C rather than by its regex
+    # first: a third of the time of a 1 KiB value (tests/unit/test_http_encoding.py).
+    return binascii.a2b_base64(text, strict_mode=True)
+
+
 def b64(raw: bytes | None) -> str | None:
     return None if raw is None else base64.b64encode(raw).decode("ascii")
 
@@ -126,7 +132,7 @@ def unb64(text: str | None, what: str) -> bytes | None:
     if text is None:
         return None
     try:
-        return base64.b64decode(text, validate=True)
+        return _unb64_strict(text)
     except (binascii.Error, ValueError):
         raise EncodingError(f"{what} is not valid base64") from None
 

@@ -9,10 +9,11 @@ growing partitions) use the same style.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, PrivateAttr
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, TypeAdapter
 from shoal.gateway.http.encoding import DataType
 
 TOPIC_NAME_PATTERN = r"^[a-zA-Z0-9._-]{1,249}$"
@@ -152,19 +153,27 @@ class ProduceRecord(_Strict):
     timestamp: datetime | None = Field(default=None, description="Create time; omitted: now.")
 
 
-class DataSize(BaseModel):
+# The results of producing are dataclasses, not models: one is built per record
+# and the answer is encoded once by a TypeAdapter, where a model per record (and
+# FastAPI's validation of the answer) cost more than encoding the records'
+# batch (benchmarks/profiles/README.md). Pydantic still derives their schema.
+
+
+@dataclass(slots=True, kw_only=True)
+class DataSize:
     type: DataType
     size: int
 
 
-class ProduceResult(BaseModel):
+@dataclass(slots=True, kw_only=True)
+class ProduceResult:
     """A delivery report: ``error_code`` 200 when the record is stored."""
 
     error_code: int
     message: str | None = None
-    kafka_error: str | None = Field(
-        default=None, description="Kafka's error name, when Kafka refused."
-    )
+    kafka_error: Annotated[
+        str | None, Field(description="Kafka's error name, when Kafka refused.")
+    ] = None
     cluster_id: str | None = None
     topic_name: str | None = None
     partition_id: int | None = None
@@ -174,17 +183,12 @@ class ProduceResult(BaseModel):
     value: DataSize | None = None
 
 
+@dataclass(slots=True, kw_only=True)
 class QuotaRefusal(ProduceResult):
     """A record refused because its tenant is over a quota."""
 
-    # Not part of the body: a single record's 429 says it in Retry-After. (Private,
-    # and only here: a private attribute slows the building of every result.)
-    _retry_after_ms: int = PrivateAttr(default=0)
-
-    @property
-    def retry_after_ms(self) -> int:
-        """How long until the tenant may send again."""
-        return self._retry_after_ms
+    retry_after_ms: Annotated[int, Field(exclude=True)] = 0
+    """Not part of the body: a single record's 429 says it in Retry-After."""
 
 
 class ProduceBatchEntry(ProduceRecord):
@@ -195,20 +199,43 @@ class ProduceBatch(_Strict):
     entries: list[ProduceBatchEntry] = Field(min_length=1, max_length=1000)
 
 
+@dataclass(slots=True, kw_only=True)
 class ProduceBatchSuccess(ProduceResult):
     id: str
 
+    @classmethod
+    def of(cls, entry_id: str, result: ProduceResult) -> ProduceBatchSuccess:
+        return cls(
+            id=entry_id,
+            error_code=result.error_code,
+            message=result.message,
+            kafka_error=result.kafka_error,
+            cluster_id=result.cluster_id,
+            topic_name=result.topic_name,
+            partition_id=result.partition_id,
+            offset=result.offset,
+            timestamp=result.timestamp,
+            key=result.key,
+            value=result.value,
+        )
 
-class ProduceBatchFailure(BaseModel):
+
+@dataclass(slots=True, kw_only=True)
+class ProduceBatchFailure:
     id: str
     error_code: int
     message: str
     kafka_error: str | None = None
 
 
-class ProduceBatchResult(BaseModel):
+@dataclass(slots=True, kw_only=True)
+class ProduceBatchResult:
     successes: list[ProduceBatchSuccess]
     failures: list[ProduceBatchFailure]
+
+
+PRODUCE_RESULT: Final = TypeAdapter(ProduceResult)
+PRODUCE_BATCH_RESULT: Final = TypeAdapter(ProduceBatchResult)
 
 
 class ReadHeader(BaseModel):

@@ -54,6 +54,7 @@ from shoal.gateway.http.errors import (
     kafka_name,
 )
 from shoal.gateway.http.models import (
+    PRODUCE_RESULT,
     DataSize,
     ProduceRecord,
     ProduceResult,
@@ -435,14 +436,16 @@ def _call_failure(exc: Exception) -> ProduceResult:
     if isinstance(exc, KafkaCallError):
         return _failure(kafka_error_code(exc.code), str(exc), exc.code)
     if isinstance(exc, QuotaExceededError):
-        refused = QuotaRefusal(error_code=int(ErrorCode.TOO_MANY_REQUESTS), message=str(exc))
-        refused._retry_after_ms = exc.retry_after_ms
-        return refused
+        return QuotaRefusal(
+            error_code=int(ErrorCode.TOO_MANY_REQUESTS),
+            message=str(exc),
+            retry_after_ms=exc.retry_after_ms,
+        )
     return _failure(ErrorCode.UNAVAILABLE, f"the brokers are unreachable: {exc}")
 
 
 def _line(result: ProduceResult) -> bytes:
-    return result.model_dump_json(exclude_none=False).encode() + b"\n"
+    return PRODUCE_RESULT.dump_json(result) + b"\n"
 
 
 def _datetime(ms: int) -> datetime:

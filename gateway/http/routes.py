@@ -21,7 +21,9 @@ from datetime import datetime
 from typing import Annotated, Any, Final
 
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel, ValidationError
 from shoal.gateway.http.auth import Caller
 from shoal.gateway.http.encoding import ReadFormat
 from shoal.gateway.http.errors import (
@@ -35,6 +37,8 @@ from shoal.gateway.http.errors import (
 from shoal.gateway.http.groups import GroupsController
 from shoal.gateway.http.models import (
     GROUP_ID_PATTERN,
+    PRODUCE_BATCH_RESULT,
+    PRODUCE_RESULT,
     TOPIC_NAME_PATTERN,
     AlterConfigs,
     Cluster,
@@ -65,6 +69,7 @@ from shoal.gateway.http.records import OK, RecordsController, single_record
 from shoal.gateway.http.topics import TopicsController
 from shoal.gateway.tenant_client import KafkaCallError, QuotaExceededError, TenantClient
 from shoal.gateway.upstream import UpstreamError
+from starlette.requests import ClientDisconnect
 from starlette.types import Receive, Scope, Send
 
 MAX_PRODUCE_BODY_BYTES: Final = 64 * 2**20
@@ -261,12 +266,34 @@ arrive and reports stream back as they are stored; either way the answer is
 """
 
 
-def _record_schema() -> dict[str, Any]:
-    # The body is parsed by hand (it may hold many objects), so FastAPI cannot
-    # describe it; its nested models are components through records:batch.
-    schema = ProduceRecord.model_json_schema(ref_template="#/components/schemas/{model}")
-    schema.pop("$defs", None)
-    return schema
+RAW_BODIES: Final = (ProduceRecord, ProduceBatch)
+"""Request bodies the routes parse themselves, on the raw bytes (a record stream is
+several objects; a batch parsed by FastAPI, through Python objects, took twice as
+long): ``build_api`` adds their schemas to the document, which FastAPI cannot."""
+
+
+async def _json_body(request: Request) -> bytes:
+    """The whole body of a JSON request, as FastAPI reads the bodies it parses: before
+    authentication (a dependency declared before the caller's), within the router's
+    bound, refused unless sent as JSON (a form post from a browser that has the
+    caller's Basic credentials must not produce), a client gone mid-body a 400."""
+    media_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if media_type != "application/json" and not (
+        media_type.startswith("application/") and media_type.endswith("+json")
+    ):
+        raise ApiError(ErrorCode.INVALID_INPUT, "send the body as Content-Type: application/json")
+    try:
+        return await request.body()
+    except ClientDisconnect:
+        raise ApiError(ErrorCode.BAD_REQUEST, "the body ended before its end") from None
+
+
+JsonBody = Annotated[bytes, Depends(_json_body)]
+
+
+def _documented_body(model: type[BaseModel]) -> dict[str, Any]:
+    schema = {"$ref": f"#/components/schemas/{model.__name__}"}
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
 
 
 @router.post(
@@ -284,12 +311,7 @@ def _record_schema() -> dict[str, Any]:
         },
         **ERRORS,
     },
-    openapi_extra={
-        "requestBody": {
-            "required": True,
-            "content": {"application/json": {"schema": _record_schema()}},
-        }
-    },
+    openapi_extra=_documented_body(ProduceRecord),
 )
 async def produce(
     request: Request, cluster_id: ClusterId, client: Client, topic_name: TopicName
@@ -323,7 +345,7 @@ async def produce(
         if isinstance(result, QuotaRefusal):
             headers = {"Retry-After": _retry_after(result.retry_after_ms)}
         raise ApiError(ErrorCode(result.error_code), message, headers)
-    return JSONResponse(result.model_dump(mode="json"))
+    return Response(PRODUCE_RESULT.dump_json(result), media_type="application/json")
 
 
 async def _slices(body: bytes) -> AsyncIterator[bytes]:
@@ -339,21 +361,24 @@ async def _slices(body: bytes) -> AsyncIterator[bytes]:
     tags=["records"],
     status_code=207,
     summary="Produce a batch of records, each with an id",
+    response_model=ProduceBatchResult,
+    openapi_extra=_documented_body(ProduceBatch),
 )
 async def produce_batch(
-    cluster_id: ClusterId, client: Client, topic_name: TopicName, body: ProduceBatch
-) -> ProduceBatchResult:
+    raw: JsonBody, cluster_id: ClusterId, client: Client, topic_name: TopicName
+) -> Response:
+    body = _parsed_batch(raw)
     ids = [entry.id for entry in body.entries]
     if len(set(ids)) != len(ids):
         raise ApiError(ErrorCode.INVALID_INPUT, "entry ids must be unique within a batch")
     controller = RecordsController(client, cluster_id, await client.topic(topic_name))
     results = await controller.produce(body.entries)
-    successes, failures = [], []
+    answer = ProduceBatchResult(successes=[], failures=[])
     for entry, result in zip(body.entries, results, strict=True):
         if result.error_code == OK:
-            successes.append(ProduceBatchSuccess(id=entry.id, **result.model_dump()))
+            answer.successes.append(ProduceBatchSuccess.of(entry.id, result))
         else:
-            failures.append(
+            answer.failures.append(
                 ProduceBatchFailure(
                     id=entry.id,
                     error_code=result.error_code,
@@ -361,7 +386,22 @@ async def produce_batch(
                     kafka_error=result.kafka_error,
                 )
             )
-    return ProduceBatchResult(successes=successes, failures=failures)
+    return Response(
+        PRODUCE_BATCH_RESULT.dump_json(answer), status_code=207, media_type="application/json"
+    )
+
+
+def _parsed_batch(body: bytes) -> ProduceBatch:
+    """The batch in ``body``; its problems in the shape of FastAPI's answer to a body's."""
+    if not body.strip():
+        raise RequestValidationError(
+            [{"type": "missing", "loc": ("body",), "msg": "Field required", "input": None}]
+        )
+    try:
+        return ProduceBatch.model_validate_json(body)
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False)
+        raise RequestValidationError([{**e, "loc": ("body", *e["loc"])} for e in errors]) from None
 
 
 @router.get(

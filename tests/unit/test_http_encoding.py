@@ -73,6 +73,22 @@ def test_data_types_store_the_bytes_confluent_s_would() -> None:
             encode_data(data_type, data)
 
 
+@given(
+    st.text(alphabet="AZaz09+/=-_ \n\u00e9", max_size=12)
+    | st.binary().map(base64.b64encode).map(bytes.decode)
+)
+def test_binary_data_is_accepted_exactly_as_strict_base64_decoding_accepts_it(text: str) -> None:
+    try:
+        expected: bytes | None = base64.b64decode(text, validate=True)
+    except ValueError:
+        expected = None
+    try:
+        stored: bytes | None = encode_data(DataType.BINARY, text)
+    except EncodingError:
+        stored = None
+    assert stored == expected
+
+
 def test_read_formats_show_bytes_or_refuse_them_clearly() -> None:
     assert decode_data(b"\x00\xff", ReadFormat.BINARY, "v") == "AP8="
     assert decode_data("\u00e9".encode(), ReadFormat.STRING, "v") == "\u00e9"
