@@ -529,3 +529,28 @@ def test_an_unknown_compression_codec_is_an_invalid_batch() -> None:
     struct.pack_into(">I", raw, CRC_OFFSET, compute_crc(raw, 0, len(raw)))
     with pytest.raises(InvalidBatchError, match="unknown compression codec 7"):
         validate_batch(raw)
+
+
+# -- build_batch -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("size", [0, 1, 63, 64, 8191, 8192, 70_000])
+def test_built_records_of_every_varint_width_read_back_alike_here_and_in_kafka_python(
+    size: int,
+) -> None:
+    # Lengths on both sides of a varint's one-, two- and three-byte forms, null
+    # keys, values and header values, and a delta past the small-varint table.
+    records = [
+        NewRecord(None, b"v" * size, [("h" * size, None)], 1_000),
+        NewRecord(b"k" * size, None, [], 1_000 + 9_000),
+        NewRecord(b"", b"", [("", b""), ("x", b"y" * size)], 1_000 + 2**40),
+    ]
+    batch = build_batch(records, base_offset=50)
+    ours = [(r.offset, r.timestamp, r.key, r.value, list(r.headers)) for r in iter_records(batch)]
+    theirs = [
+        (r.offset, r.timestamp, r.key, r.value, list(r.headers)) for r in KafkaPythonBatch(batch)
+    ]
+    expected = [
+        (50 + i, r.timestamp, r.key, r.value, list(r.headers)) for i, r in enumerate(records)
+    ]
+    assert ours == theirs == expected
