@@ -466,11 +466,12 @@ class TenantClient:
     # -- records -----------------------------------------------------------------
 
     async def produce(
-        self, topic: str, batches: Mapping[int, bytes]
+        self, topic: str, batches: Mapping[int, bytes], known: TopicLayout | None = None
     ) -> dict[int, PartitionProduced]:
         """One batch per partition, each to its leader, acks=all; an answer per partition.
 
-        Partitions whose leader moved are retried once with fresh metadata.
+        ``known`` is a layout the caller has just read, sent to without asking
+        again. Partitions whose leader moved are retried once with fresh metadata.
         """
         tenant = self.access.tenant
         quota = self.access.quotas.producer_byte_rate
@@ -480,7 +481,7 @@ class TenantClient:
         results: dict[int, PartitionProduced] = {}
         pending = dict(batches)
         for attempt in range(2):
-            layout_ = await self.topic(topic)
+            layout_ = known if attempt == 0 and known is not None else await self.topic(topic)
             by_leader: dict[int, dict[int, bytes]] = {}
             for partition, batch in pending.items():
                 leader = layout_.leaders.get(partition)
@@ -528,6 +529,8 @@ class TenantClient:
             )
         except UpstreamError as exc:
             return {p: PartitionProduced(KafkaCode.network_exception, str(exc)) for p in batches}
+        except KafkaCallError as exc:  # a leader the gateway no longer knows: retried
+            return {p: PartitionProduced(exc.code, str(exc)) for p in batches}
         out: dict[int, PartitionProduced] = {}
         for topic_response in response.responses:
             for part in topic_response.partition_responses:

@@ -25,6 +25,7 @@ Kafka door can inflate ~1 MB into gigabytes).
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import json
 import random
@@ -95,6 +96,8 @@ from shoal.wire import ErrorCode as KafkaCode
 OK: Final = 200
 MAX_OBJECT_BYTES: Final = 16 * 2**20
 """The longest single record object a streamed body may hold."""
+KNOWN_LAYOUT_S: Final = 1.0
+"""How long the topic layout a produce request read on arrival may serve its first send."""
 READ_DECODE_RATIO: Final = 16
 """A read decompresses at most this many times its max_bytes (at least 1 MiB) ..."""
 READ_DECODE_MAX: Final = 128 * 2**20
@@ -102,7 +105,7 @@ READ_DECODE_MAX: Final = 128 * 2**20
 _TOO_LARGE: Final = frozenset({KafkaCode.message_too_large, KafkaCode.record_list_too_large})
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Ready:
     """A record encoded and placed, waiting for its batch."""
 
@@ -132,7 +135,10 @@ class RecordsController:
         self.client = client
         self.cluster_id = cluster_id
         self.topic = topic
-        self._next = itertools.count(random.randrange(max(1, topic.partitions)))  # noqa: S311
+        self._partitions = topic.partitions
+        self._read_at = time.monotonic()
+        self._first_send = True
+        self._next = itertools.count(random.randrange(max(1, self._partitions)))  # noqa: S311
 
     # -- produce -------------------------------------------------------------------
 
@@ -142,15 +148,16 @@ class RecordsController:
             item if isinstance(item, ProduceResult) else None for item in items
         ]
         groups: dict[int, list[_Ready]] = {}
+        now = int(time.time() * 1000)
         for index, item in enumerate(items):
             if isinstance(item, ProduceResult):
                 continue
             try:
-                ready = self._prepare(index, item)
+                ready = self._prepare(index, item, now)
             except EncodingError as exc:
                 results[index] = _failure(ErrorCode.INVALID_INPUT, str(exc))
                 continue
-            if ready.partition >= self.topic.partitions:
+            if ready.partition >= self._partitions:
                 results[index] = _failure(
                     ErrorCode.PARTITION_NOT_FOUND,
                     f"topic {self.topic.name!r} has no partition {ready.partition}",
@@ -169,21 +176,22 @@ class RecordsController:
                         results[ready.index] = failed
         return [r if r is not None else _failure(ErrorCode.INTERNAL, "no result") for r in results]
 
-    def _prepare(self, index: int, item: ProduceRecord) -> _Ready:
+    def _prepare(self, index: int, item: ProduceRecord, now: int) -> _Ready:
+        """``item`` encoded and placed; ``now`` is its create time when it gives none."""
         key = None if item.key is None else encode_data(item.key.type, item.key.data)
         value = None if item.value is None else encode_data(item.value.type, item.value.data)
-        headers = tuple((h.name, unb64(h.value, f"header {h.name!r}")) for h in item.headers)
+        headers = (
+            tuple((h.name, unb64(h.value, f"header {h.name!r}")) for h in item.headers)
+            if item.headers
+            else ()
+        )
         if item.partition_id is not None:
             partition = item.partition_id
         elif key is not None:
-            partition = partition_for_key(key, self.topic.partitions)
+            partition = partition_for_key(key, self._partitions)
         else:
-            partition = next(self._next) % self.topic.partitions
-        timestamp = (
-            int(time.time() * 1000)
-            if item.timestamp is None
-            else int(item.timestamp.timestamp() * 1000)
-        )
+            partition = next(self._next) % self._partitions
+        timestamp = now if item.timestamp is None else int(item.timestamp.timestamp() * 1000)
         return _Ready(
             index,
             partition,
@@ -194,7 +202,13 @@ class RecordsController:
 
     async def _send(self, groups: dict[int, list[_Ready]]) -> list[tuple[_Ready, ProduceResult]]:
         batches = {p: build_batch(r.record for r in group) for p, group in groups.items()}
-        answers = await self.client.produce(self.topic.name, batches)
+        # The layout the request has just read serves its first send, if that comes
+        # soon (not after a long body or a stream's first slow chunk): later sends
+        # ask again, as leaders may have moved.
+        fresh = self._first_send and time.monotonic() - self._read_at < KNOWN_LAYOUT_S
+        self._first_send = False
+        known = self.topic if fresh else None
+        answers = await self.client.produce(self.topic.name, batches, known)
         out: list[tuple[_Ready, ProduceResult]] = []
         for partition, group in groups.items():
             answer = answers[partition]
@@ -448,7 +462,9 @@ def _line(result: ProduceResult) -> bytes:
     return PRODUCE_RESULT.dump_json(result) + b"\n"
 
 
+@functools.lru_cache(maxsize=256)
 def _datetime(ms: int) -> datetime:
+    # Cached: the records of a request mostly share their millisecond.
     return datetime.fromtimestamp(ms / 1000, tz=UTC)
 
 

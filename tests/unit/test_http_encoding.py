@@ -7,7 +7,7 @@ import json
 import struct
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 from shoal.gateway.http.encoding import (
@@ -73,15 +73,24 @@ def test_data_types_store_the_bytes_confluent_s_would() -> None:
             encode_data(data_type, data)
 
 
+@example("AAAA=")
+@example("AAAA")
+@example("AB==")
+@example("QQ")
 @given(
     st.text(alphabet="AZaz09+/=-_ \n\u00e9", max_size=12)
     | st.binary().map(base64.b64encode).map(bytes.decode)
 )
-def test_binary_data_is_accepted_exactly_as_strict_base64_decoding_accepts_it(text: str) -> None:
+def test_binary_data_is_accepted_as_strict_base64_decoding_and_java_s_decoder_accept_it(
+    text: str,
+) -> None:
     try:
         expected: bytes | None = base64.b64decode(text, validate=True)
     except ValueError:
         expected = None
+    data = text.rstrip("=")
+    if len(data) < len(text) and len(data) % 4 == 0:
+        expected = None  # "AAAA=": Java's Base64 decoder refuses padding after a whole quantum
     try:
         stored: bytes | None = encode_data(DataType.BINARY, text)
     except EncodingError:
