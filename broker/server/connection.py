@@ -6,11 +6,11 @@ frames go to a queue, and one task per connection handles them strictly in
 order, as Kafka handles a connection's requests one at a time. Clients may
 pipeline as much as they like; reading pauses while too many requests wait.
 
-Responses are written in request order: bytes with ``transport.write``, file
-regions with ``loop.sendfile`` (zero-copy on plain TCP with the standard
-event loop; asyncio falls back to reading and writing elsewhere). Small
-regions are read and written instead, where a system call round is cheaper
-than sendfile's setup.
+Responses are written in request order: file regions with ``loop.sendfile``
+(zero-copy on plain TCP with the standard event loop; asyncio falls back to
+reading and writing elsewhere), and the bytes between them in one
+``transport.write`` each. Small regions are read and joined to those bytes,
+where a system call round is cheaper than sendfile's setup.
 
 Anything wrong with a frame (too large, undecodable, an unknown API) closes
 this connection only; the dispatcher decides which.
@@ -153,14 +153,28 @@ class KafkaConnection(asyncio.BufferedProtocol):
         transport = self._transport
         assert transport is not None
         loop = asyncio.get_running_loop()
+        # Bytes up to the next sendfile go out in one write: a write is a system
+        # call, and a fetch answer is bytes, records, bytes, ... per partition.
+        pending: list[bytes] = []
         for chunk in chunks:
             if self._closed:
                 return
             if not isinstance(chunk, FileRegion):
-                transport.write(chunk)
+                pending.append(chunk)
             elif chunk.size >= SENDFILE_MIN_BYTES:
+                _write(transport, pending)
                 await loop.sendfile(transport, chunk.file, chunk.position, chunk.size)
             else:
-                transport.write(os.pread(chunk.file.fileno(), chunk.size, chunk.position))
+                pending.append(os.pread(chunk.file.fileno(), chunk.size, chunk.position))
+        _write(transport, pending)
         if not self._writable.is_set():
             await self._writable.wait()
+
+
+def _write(transport: asyncio.Transport, pending: list[bytes]) -> None:
+    """Write what ``pending`` holds, joined, and empty it."""
+    if len(pending) == 1:
+        transport.write(pending[0])
+    elif pending:
+        transport.write(b"".join(pending))
+    pending.clear()

@@ -83,6 +83,49 @@ async def test_file_regions_are_sent_exactly_large_ones_by_sendfile(
         server.close()
 
 
+async def test_the_bytes_between_sendfiles_go_out_in_one_write_each(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    writes: list[int] = []
+    real_write = asyncio.selector_events._SelectorSocketTransport.write  # type: ignore[attr-defined]
+
+    def counting_write(self: asyncio.Transport, data: bytes) -> None:
+        writes.append(len(data))
+        real_write(self, data)
+
+    monkeypatch.setattr(
+        asyncio.selector_events._SelectorSocketTransport,  # type: ignore[attr-defined]
+        "write",
+        counting_write,
+    )
+    content = os.urandom(3 * SENDFILE_MIN_BYTES)
+    with tempfile.TemporaryFile() as f:
+        f.write(content)
+        f.flush()
+        small, big, tail = (
+            FileRegion(f, 7, 40),
+            FileRegion(f, 100, 2 * SENDFILE_MIN_BYTES),
+            (FileRegion(f, 50, 9)),
+        )
+        parts = [b"ab", small, b"cd", big, tail, b"ef"]
+        expected = b"ab" + content[7:47] + b"cd" + content[100 : 100 + big.size]
+        expected += content[50:59] + b"ef"
+
+        async def dispatch(data: bytes | bytearray, info: ConnectionInfo) -> list[Chunk]:
+            return [struct.pack(">i", len(expected)), *parts]
+
+        server, port = await serve(dispatch)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(frame(b"fetch"))
+        writes.clear()  # the client's own
+        assert await read_frame(reader) == expected
+        # Length, bytes, small region and bytes before the sendfile; region and
+        # bytes after it.
+        assert writes == [4 + 2 + 40 + 2, 9 + 2]
+        writer.close()
+        server.close()
+
+
 async def test_a_frame_above_the_limit_closes_only_that_connection() -> None:
     async def dispatch(data: bytes | bytearray, info: ConnectionInfo) -> list[Chunk]:
         return [frame(b"ok")]
