@@ -100,7 +100,11 @@ def encode_data(data_type: DataType, data: Any) -> bytes:
         if not isinstance(data, str):
             raise EncodingError("STRING data must be a JSON string")
         return data.encode("utf-8", errors="surrogatepass")
-    return json.dumps(data, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+    try:
+        text = json.dumps(data, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except ValueError:
+        raise EncodingError("JSON data may not hold NaN or Infinity") from None
+    return text.encode()
 
 
 def decode_data(raw: bytes | None, fmt: ReadFormat, what: str) -> Any:

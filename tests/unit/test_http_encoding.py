@@ -68,6 +68,8 @@ def test_data_types_store_the_bytes_confluent_s_would() -> None:
         (DataType.BINARY, "not base64!"),
         (DataType.BINARY, 12),
         (DataType.STRING, {"not": "a string"}),
+        (DataType.JSON, float("nan")),
+        (DataType.JSON, [float("inf")]),
     ):
         with pytest.raises(EncodingError):
             encode_data(data_type, data)
