@@ -313,12 +313,26 @@ def test_a_cluster_applied_with_kubectl_serves_records_through_a_rolling_restart
 
         history = cluster.brokers.history
         print(f"brokers: {history}; {len(producer.acknowledged)} records acknowledged")
+        # The operator deleted each broker pod once, as the API server recorded it.
+        deleted = [
+            event["objectRef"]["name"]
+            for event in kube.audit_events()
+            if event["verb"] == "delete"
+            and event["objectRef"].get("resource") == "pods"
+            and event["objectRef"].get("namespace") == namespace
+            and event["user"]["username"] == cluster.identity.user
+        ]
+        assert sorted(deleted) == [f"demo-broker-{n}" for n in range(BROKERS)], deleted
         # One at a time: each broker is started again before the next is stopped.
+        # (KWOK, the fake node, may also delete a pod the StatefulSet controller has
+        # just recreated under the old one's name, when its stage for the old pod's
+        # deletion runs late: a broker stopped and started twice. Seen once in a
+        # rehearsal; that restart is the node's, not the operator's, so the count
+        # is the audit's above.)
         roll = history[BROKERS:]
-        assert len(roll) == 2 * BROKERS, history
         for stop, start in zip(roll[::2], roll[1::2], strict=True):
             assert stop.startswith("stopped") and start == stop.replace("stopped", "started")
-        assert sorted(int(e.split()[1]) for e in roll[::2]) == list(range(BROKERS))
+        assert {int(e.split()[1]) for e in roll[::2]} == set(range(BROKERS)), history
 
         assert producer.errors == []
         assert len(producer.acknowledged) > 5 * RATE
