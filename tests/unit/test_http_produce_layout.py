@@ -64,15 +64,19 @@ async def test_a_layout_read_too_long_ago_is_not_used(monkeypatch: pytest.Monkey
     assert client.known == [None]
 
 
-async def test_the_client_sends_to_a_known_layout_and_reads_afresh_only_to_retry() -> None:
+def _tenant_client() -> TenantClient:
+    """A tenant's client with no quota to wait for and no broker behind it."""
     services = SimpleNamespace(
         admission=SimpleNamespace(try_produce=lambda tenant, nbytes, quota: 0),
         usage=SimpleNamespace(produced=lambda tenant, nbytes, throttle: None),
     )
     access = TenantAccess(tenant="acme", key_id="K", bindings=(), quotas=Quotas())
-    client = TenantClient(
-        cast(Any, services), access, cast(Any, None), cast(Any, None), cast(Any, None)
-    )
+    none = cast(Any, None)
+    return TenantClient(cast(Any, services), access, none, none, none)
+
+
+async def test_the_client_sends_to_a_known_layout_and_reads_afresh_only_to_retry() -> None:
+    client = _tenant_client()
     reads: list[str] = []
     sent: list[tuple[int, tuple[int, ...]]] = []
     moved = TopicLayout("t", {0: 3, 1: 2}, TOPIC.replicas, TOPIC.isr)
@@ -98,13 +102,7 @@ async def test_the_client_sends_to_a_known_layout_and_reads_afresh_only_to_retry
 
 
 async def test_a_leader_the_gateway_no_longer_knows_is_retried_like_a_moved_one() -> None:
-    services = SimpleNamespace(
-        admission=SimpleNamespace(try_produce=lambda tenant, nbytes, quota: 0),
-        usage=SimpleNamespace(produced=lambda tenant, nbytes, throttle: None),
-    )
-    access = TenantAccess(tenant="acme", key_id="K", bindings=(), quotas=Quotas())
-    none = cast(Any, None)
-    client = TenantClient(cast(Any, services), access, none, none, none)
+    client = _tenant_client()
     moved = TopicLayout("t", {0: 3}, {0: (3,)}, {0: (3,)})
 
     async def topic(name: str, node_id: int | None = None) -> TopicLayout:
