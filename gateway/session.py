@@ -74,6 +74,7 @@ from shoal.gateway.apis import (
 from shoal.gateway.apis.base import Answer, RefusedRequestError, RequestContext
 from shoal.gateway.cluster_view import BrokerAddress
 from shoal.gateway.connection_rate import refusal_message
+from shoal.gateway.fetch_session import ClientFetchSession
 from shoal.gateway.http.auth import TokenError
 from shoal.gateway.quotas import FetchTicket
 from shoal.gateway.request_quota import Stopwatch, timed
@@ -195,6 +196,10 @@ class ClientSession:
         self._slots: asyncio.Queue[asyncio.Future[bytes] | None] = asyncio.Queue(MAX_IN_FLIGHT)
         self._pending: deque[_Pending] = deque()
         self._upstream: BrokerConnection | None = None
+        self._fetch_session = ClientFetchSession()
+        """This connection's fetch session (KIP-227): its broker's, on ``_upstream``."""
+        self._fetch_in_flight: asyncio.Future[bytes] | None = None
+        """The answer to this connection's last forwarded fetch."""
         self._upstream_reader: asyncio.Task[None] | None = None
         self._muted_until = 0.0
         self._task: asyncio.Task[None] | None = None
@@ -720,6 +725,11 @@ class ClientSession:
         access = self.current_access()
         if access is None:
             raise _ClosedError("the key was revoked or its tenant deleted")
+        if header.api_key == FETCH and self._fetch_in_flight is not None:
+            # A fetch changes its session with its answer (fetch_session.py): the next
+            # one is rewritten after it. Kafka's clients never send a broker two fetches
+            # at once; one that does waits, rather than split its session's view.
+            await asyncio.wait([self._fetch_in_flight])
         tracing = services.tracing
         trace = None if tracing is None else tracing.request(header, api, access.tenant)
         now = time.monotonic()
@@ -734,6 +744,7 @@ class ClientSession:
             tenant_keys=services.tenancy.tenant_keys,
             charge_mutations=mutation_charger(services, access),
             storage_refusal=storage_check(services, access),
+            fetch_session=self._fetch_session,
         )
         _, rewrite = REWRITERS[header.api_key]
         try:
@@ -766,6 +777,8 @@ class ClientSession:
             trace.end(None)
         if step.expects_response:
             slot: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+            if header.api_key == FETCH:
+                self._fetch_in_flight = slot
             if throttle_ms:
                 finish = _then_throttle(finish, throttle_ms)
             self._pending.append(

@@ -23,6 +23,7 @@ from datetime import timedelta
 from typing import Any, Final, Protocol
 
 from shoal.gateway.access import TenantAccess
+from shoal.gateway.fetch_session import ClientFetchSession
 from shoal.gateway.mutation_quota import UNLIMITED, MutationVerdict
 from shoal.gateway.namespace import Namespace
 from shoal.tenancy.model import AclBinding, ApiKey, Quotas
@@ -119,6 +120,9 @@ class RequestContext:
     storage_refusal: Callable[[], str | None] = field(default=_no_storage_limit, kw_only=True)
     """Why the tenant may not produce now (its ``max_storage_bytes`` is reached,
     :mod:`shoal.gateway.storage_limit`), or None; the default is unlimited."""
+    fetch_session: ClientFetchSession | None = field(default=None, kw_only=True)
+    """The client connection's fetch session (KIP-227); None where there is no
+    connection to keep one on (the HTTP door), which fetches in full."""
 
     @property
     def version(self) -> int:

@@ -7,9 +7,11 @@ ListOffsets' isolation level, and a read_committed Fetch's last stable
 offset and aborted transactions (the broker's producer ids are the ones in
 the batches the client filters with them).
 
-Fetch sessions (KIP-227) end at the gateway: it asks brokers for full
-fetches without a session and answers clients with session id 0, so they keep
-sending full fetches, each checked whole.
+A client's fetch session (KIP-227) is its broker's, passed through and kept
+in step by :mod:`shoal.gateway.fetch_session`: accepted only on the
+connection that opened it, holding only topics the key may read, its topics
+judged again when the tenant's ACLs change. Fetches without a session
+(librdkafka's, the HTTP door's) are checked whole, as they come.
 
 A topic the key may not use keeps its slot in the response with
 TOPIC_AUTHORIZATION_FAILED, and the rest of the request goes on to the broker.
@@ -28,6 +30,7 @@ partition sent elsewhere gets the broker's NOT_LEADER_OR_FOLLOWER.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -44,6 +47,7 @@ from shoal.gateway.apis.base import (
     replace,
     topic_field,
 )
+from shoal.gateway.fetch_session import ClientFetchSession, TopicKey
 from shoal.tenancy.model import Operation
 
 from shoal.wire import FINAL_EPOCH, INITIAL_EPOCH, NO_SESSION
@@ -120,40 +124,191 @@ def _check_replica(request: Any) -> None:
 
 
 async def fetch(ctx: RequestContext, request: Any) -> Step:
-    api, ns = ctx.api, ctx.ns
     _check_replica(request)
-    if getattr(request, "session_epoch", FINAL_EPOCH) > INITIAL_EPOCH:
-        # The gateway answers every fetch with session id 0, so no client has a
-        # session to be incremental in: Kafka's answer to an unknown one.
-        return Answer(
-            api.response(
-                throttle_time=NO_THROTTLE,
-                error_code=E.fetch_session_id_not_found,
-                session_id=NO_SESSION,
-                responses=(),
-            )
-        )
+    by_id = ctx.version >= 13
+    has_sessions = hasattr(request, "session_id")
+    epoch = request.session_epoch if has_sessions else FINAL_EPOCH
+    session = ctx.fetch_session if has_sessions else None
+    if epoch > INITIAL_EPOCH:
+        if session is None or not session.usable or request.session_id != session.id:
+            return Answer(_session_error(ctx.api, E.fetch_session_id_not_found))
+        if session.by_id != by_id:
+            return Answer(_session_error(ctx.api, E.fetch_session_topic_id_error))
+        return await _fetch_in_session(ctx, request, session, incremental=True)
+    # A full fetch: the connection's session (if any) closes, and a new one opens in
+    # its place when the client asked for one.
+    closing = NO_SESSION if session is None else session.restart(by_id, ctx.access.bindings)
+    if session is not None and epoch == INITIAL_EPOCH:
+        return await _fetch_in_session(ctx, request, session, incremental=False, closing=closing)
+    return await _fetch_without_session(ctx, request, closing)
+
+
+async def _fetch_without_session(ctx: RequestContext, request: Any, closing: int) -> Step:
+    """A full fetch that keeps no session (librdkafka's every fetch, the HTTP door's):
+    each topic checked and renamed as it stands, the answer's session id 0."""
+    api, ns = ctx.api, ctx.ns
     by_id = ctx.version >= 13
     forwarded, refused = [], []
     for topic in request.topics:
-        code = await _fetchable(ctx, topic, by_id)
+        key = _topic_key(topic, by_id)
+        code = await _fetchable(ctx, key, by_id)
         if code is None:
-            forwarded.append(topic if by_id else replace(topic, topic=ns.inward(topic.topic)))
+            forwarded.append(_capped(ctx, topic if by_id else replace(topic, topic=ns.inward(key))))
         else:
-            refused.append((topic, code))
+            refused.append((key, code, [p.partition for p in topic.partitions]))
+    refusals = _refusals(api, refused, by_id, request.isolation_level)
+    if not forwarded and refused and closing == NO_SESSION:
+        return _refused_whole(api, refusals)
+    changes = _capped_request(ctx, request, {"topics": tuple(forwarded)})
+    has_sessions = hasattr(request, "session_id")
+    if has_sessions:
+        changes.update(session_id=closing, session_epoch=FINAL_EPOCH, forgotten_topics_data=())
+
+    def finish(response: Any) -> Any:
+        mine = response.responses if by_id else rename_topics(response.responses, ns)
+        changes = {"session_id": NO_SESSION} if has_sessions else {}
+        return replace(response, responses=mine + refusals, **changes)
+
+    return Forward(replace(request, **changes), finish)
+
+
+async def _fetch_in_session(
+    ctx: RequestContext,
+    request: Any,
+    session: ClientFetchSession,
+    incremental: bool,
+    closing: int = NO_SESSION,
+) -> Step:
+    """A fetch that opens the connection's session (``closing`` the one it had), or goes
+    on in it: :class:`ClientFetchSession` decides what the broker's session must change
+    and what the gateway answers itself."""
+    api, ns = ctx.api, ctx.ns
+    by_id = ctx.version >= 13
+    listed = []
+    for topic in request.topics:
+        key = _topic_key(topic, by_id)
+        listed.append((key, topic.partitions, await _fetchable(ctx, key, by_id)))
+    judged = []
+    forgotten = []
+    if incremental:
+        judged = [
+            (key, await _fetchable(ctx, key, by_id))
+            for key in session.to_judge_again(ctx.access.bindings, (k for k, _, _ in listed))
+        ]
+        # Kafka reads forgotten_topics_data only in an incremental fetch.
+        forgotten = [
+            (_topic_key(topic, by_id), topic.partitions) for topic in request.forgotten_topics_data
+        ]
+    plan = session.apply(listed, judged, forgotten)
+    refusals = _refusals(api, session.refused(), by_id, request.isolation_level)
+    # A full fetch of nothing the broker may read opens no session, as when a broker
+    # has no slot for one; it only closes the connection's old one, if any.
+    opens = incremental or bool(plan.send)
+    if not opens and closing == NO_SESSION:
+        return _refused_whole(api, refusals)
+    field = _topic_field(by_id)
+    changes = _capped_request(
+        ctx,
+        request,
+        {
+            "session_id": session.id if incremental else closing,
+            "session_epoch": request.session_epoch if opens else FINAL_EPOCH,
+            "topics": tuple(
+                _capped(
+                    ctx,
+                    api.make_request(
+                        "FetchTopic",
+                        **{field: _upstream_name(ctx, key, by_id)},
+                        partitions=tuple(partitions),
+                    ),
+                )
+                for key, partitions in plan.send.items()
+            ),
+            "forgotten_topics_data": tuple(
+                api.make_request(
+                    "ForgottenTopic",
+                    **{field: _upstream_name(ctx, key, by_id)},
+                    partitions=tuple(indexes),
+                )
+                for key, indexes in plan.forget.items()
+            ),
+        },
+    )
+
+    def finish(response: Any) -> Any:
+        session.answered(incremental, response.error_code, response.session_id)
+        if response.error_code is not E.none:
+            return response
+        mine = response.responses if by_id else rename_topics(response.responses, ns)
+        # Only what the session lets the broker answer for: a broker's session that
+        # had drifted from the gateway's view would show nothing more.
+        held = tuple(t for t in mine if session.holds(getattr(t, field)))
+        return replace(response, responses=held + refusals)
+
+    return Forward(replace(request, **changes), finish)
+
+
+def _capped_request(ctx: RequestContext, request: Any, changes: dict[str, Any]) -> dict[str, Any]:
+    if ctx.fetch_cap is not None:
+        # One response may not be larger than the consume quota allows (the
+        # broker still returns a first batch that is larger, so nothing stalls).
+        changes["max_bytes"] = min(request.max_bytes, ctx.fetch_cap)
+    return changes
+
+
+def _capped(ctx: RequestContext, topic: Any) -> Any:
+    cap = ctx.fetch_cap
+    if cap is None:
+        return topic
+    partitions = tuple(
+        replace(p, partition_max_bytes=min(p.partition_max_bytes, cap)) for p in topic.partitions
+    )
+    return replace(topic, partitions=partitions)
+
+
+def _refused_whole(api: Any, refusals: tuple[Any, ...]) -> Answer:
+    """The gateway's own answer to a fetch of which nothing may reach a broker."""
+    return Answer(
+        api.response(
+            throttle_time=NO_THROTTLE, error_code=E.none, session_id=NO_SESSION, responses=refusals
+        )
+    )
+
+
+def _session_error(api: Any, code: E) -> Any:
+    return api.response(
+        throttle_time=NO_THROTTLE, error_code=code, session_id=NO_SESSION, responses=()
+    )
+
+
+def _topic_key(topic: Any, by_id: bool) -> Any:
+    return topic.topic_id if by_id else topic.topic
+
+
+def _topic_field(by_id: bool) -> str:
+    return "topic_id" if by_id else "topic"
+
+
+def _upstream_name(ctx: RequestContext, key: TopicKey, by_id: bool) -> TopicKey:
+    return key if by_id else ctx.ns.inward(str(key))
+
+
+def _refusals(
+    api: Any, refused: list[tuple[TopicKey, E, list[int]]], by_id: bool, isolation_level: int
+) -> tuple[Any, ...]:
     # A refused slot is shaped as the broker shapes a partition for this
     # isolation level: read_committed always carries a (here empty) aborted
     # transactions list, read_uncommitted carries none.
-    aborted: tuple[Any, ...] | None = () if request.isolation_level == READ_COMMITTED else None
-    refusals = tuple(
+    aborted: tuple[Any, ...] | None = () if isolation_level == READ_COMMITTED else None
+    return tuple(
         api.make(
             "FetchableTopicResponse",
-            topic=getattr(topic, "topic", None),
-            topic_id=getattr(topic, "topic_id", None),
+            topic=None if by_id else key,
+            topic_id=key if by_id else None,
             partitions=tuple(
                 api.make(
                     "PartitionData",
-                    partition_index=part.partition,
+                    partition_index=index,
                     error_code=code,
                     high_watermark=-1,
                     last_stable_offset=-1,
@@ -162,62 +317,26 @@ async def fetch(ctx: RequestContext, request: Any) -> Step:
                     preferred_read_replica=-1,
                     records=None,
                 )
-                for part in topic.partitions
+                for index in indexes
             ),
         )
-        for topic, code in refused
+        for key, code, indexes in refused
     )
-    changes: dict[str, Any] = {"topics": tuple(forwarded)}
-    if hasattr(request, "session_id"):
-        # Full fetches upstream, never a session: a broker's session id would reach
-        # the client, where it could name the session on any connection, of any
-        # tenant, and an incremental request would skip the checks above for every
-        # partition it does not list.
-        changes.update(session_id=NO_SESSION, session_epoch=FINAL_EPOCH, forgotten_topics_data=())
-    if ctx.fetch_cap is not None:
-        # One response may not be larger than the consume quota allows (the
-        # broker still returns a first batch that is larger, so nothing stalls).
-        changes["max_bytes"] = min(request.max_bytes, ctx.fetch_cap)
-        changes["topics"] = tuple(
-            replace(
-                topic,
-                partitions=tuple(
-                    replace(p, partition_max_bytes=min(p.partition_max_bytes, ctx.fetch_cap))
-                    for p in topic.partitions
-                ),
-            )
-            for topic in changes["topics"]
-        )
-    if not forwarded and refused:
-        return Answer(
-            api.response(
-                throttle_time=NO_THROTTLE,
-                error_code=E.none,
-                session_id=NO_SESSION,
-                responses=refusals,
-            )
-        )
-
-    def finish(response: Any) -> Any:
-        mine = response.responses if by_id else rename_topics(response.responses, ns)
-        changes = {"session_id": NO_SESSION} if hasattr(response, "session_id") else {}
-        return replace(response, responses=mine + refusals, **changes)
-
-    return Forward(replace(request, **changes), finish)
 
 
-async def _fetchable(ctx: RequestContext, topic: Any, by_id: bool) -> E | None:
-    """None if the key may read the topic; otherwise the error for its slot."""
-    if by_id:
-        topic_id = topic.topic_id
-        broker_name = (
-            None if topic_id in (None, ZERO_UUID) else await ctx.lookups.topic_name(topic_id)
-        )
+async def _fetchable(ctx: RequestContext, topic: TopicKey | None, by_id: bool) -> E | None:
+    """None if the key may read the topic (named as the client names it: its name or
+    its id); otherwise the error for its slot."""
+    name: str | None
+    if isinstance(topic, uuid.UUID):
+        broker_name = None if topic == ZERO_UUID else await ctx.lookups.topic_name(topic)
         name = ctx.ns.outward(broker_name)
         if name is None:
             return E.unknown_topic_id
+    elif by_id:
+        return E.unknown_topic_id
     else:
-        name = topic.topic
+        name = topic
     if not name or not ctx.access.may_topic(name, Operation.READ):
         return E.topic_authorization_failed
     return None

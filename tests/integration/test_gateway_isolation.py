@@ -60,7 +60,7 @@ from confluent_kafka.admin import ResourceType as AdminResourceType
 from gateway_env import TenantKey, sasl_login
 from harness import wait_until
 from kio.schema.errors import ErrorCode
-from raw_kafka import RawConnection, request_class
+from raw_kafka import RawConnection, encode_request, request_class
 from shoal.tenancy.acl import CLUSTER_NAME, default_bindings, read_only_bindings
 from shoal.tenancy.model import (
     AclBinding,
@@ -305,9 +305,13 @@ def produce_request(topics: Sequence[str], value: bytes) -> Any:
 
 
 def fetch_request(
-    version: int, topics: Sequence[str | uuid.UUID], session_id: int = 0, epoch: int = -1
+    version: int,
+    topics: Sequence[str | uuid.UUID],
+    session_id: int = 0,
+    epoch: int = -1,
+    offset: int = 0,
 ) -> Any:
-    """Fetch partition 0 of each topic from offset 0 (names up to v12, ids from v13)."""
+    """Fetch partition 0 of each topic from ``offset`` (names up to v12, ids from v13)."""
     cls = request_class(1, version)
     fetch_topic = request_class(1, version, "FetchTopic")
     fetch_partition = request_class(1, version, "FetchPartition")
@@ -315,7 +319,7 @@ def fetch_request(
         fetch_partition(
             partition=0,
             current_leader_epoch=-1,
-            fetch_offset=0,
+            fetch_offset=offset,
             last_fetched_epoch=-1,
             log_start_offset=-1,
             partition_max_bytes=1 << 20,
@@ -524,21 +528,57 @@ def test_a_s_topic_id_is_unknown_to_b(pair: Pair) -> None:
     assert_a_untouched(pair)
 
 
-def test_fetch_sessions_end_at_the_gateway(pair: Pair) -> None:
-    """A broker's session id would name the session on any connection, of any tenant: the
-    gateway gives clients none, and refuses an incremental fetch as Kafka refuses an
-    unknown session."""
+def test_a_fetch_session_is_named_only_on_the_connection_that_opened_it(pair: Pair) -> None:
+    """The gateway passes the broker's session id to the client, and accepts it only on
+    the connection whose fetch opened it: another connection naming it, of the same
+    tenant or of another, gets FETCH_SESSION_ID_NOT_FOUND, as Kafka answers a session
+    it does not know, and the session goes on where it belongs."""
     with leader_connection(pair.b, TOPIC) as conn:
         opened = conn.call(fetch_request(FETCH_BY_NAME_V, [TOPIC], session_id=0, epoch=0))
-        assert (opened.error_code, opened.session_id) == (ErrorCode.none, 0)
+        assert opened.error_code == ErrorCode.none
+        assert opened.session_id != 0
         (topic,) = opened.responses
         assert sorted(values_in(topic.partitions[0].records)) == sorted(
             pair.b_values[0::PARTITIONS]
         )
-        for session_id in (0, 1, 2**31 - 1):
-            refused = conn.call(fetch_request(FETCH_BY_NAME_V, [TOPIC], session_id, epoch=1))
-            assert refused.error_code == ErrorCode.fetch_session_id_not_found
-            assert (refused.session_id, refused.responses) == (0, ())
+        # The client moves its position to the end; then nothing has changed.
+        end = topic.partitions[0].high_watermark
+        moved = fetch_request(FETCH_BY_NAME_V, [TOPIC], opened.session_id, epoch=1, offset=end)
+        assert conn.call(moved).responses == ()
+        quiet = conn.call(fetch_request(FETCH_BY_NAME_V, [], opened.session_id, epoch=2))
+        assert (quiet.error_code, quiet.session_id, quiet.responses) == (
+            ErrorCode.none,
+            opened.session_id,
+            (),
+        )
+        for key in (pair.b, pair.a):
+            with leader_connection(key, TOPIC) as other:
+                stolen = other.call(fetch_request(FETCH_BY_NAME_V, [], opened.session_id, 3))
+                assert stolen.error_code == ErrorCode.fetch_session_id_not_found
+                assert (stolen.session_id, stolen.responses) == (0, ())
+                # Nor can a full fetch naming it close it.
+                other.call(fetch_request(FETCH_BY_NAME_V, [TOPIC], opened.session_id, epoch=-1))
+        going_on = conn.call(fetch_request(FETCH_BY_NAME_V, [], opened.session_id, epoch=3))
+        assert (going_on.error_code, going_on.session_id) == (ErrorCode.none, opened.session_id)
+
+
+def test_pipelined_fetches_change_the_session_in_the_order_they_were_sent(pair: Pair) -> None:
+    """A fetch that opens a session and a full fetch sent behind it before its answer:
+    the second closes the session the first opened, as on a broker, so its id is not
+    the connection's any more (the gateway rewrites a fetch only after the last one's
+    answer, or the first answer would make the session the connection's again)."""
+    with leader_connection(pair.b, TOPIC) as conn:
+        opening = fetch_request(FETCH_BY_NAME_V, [TOPIC], session_id=0, epoch=0)
+        closing = fetch_request(FETCH_BY_NAME_V, [TOPIC], session_id=0, epoch=-1)
+        # In one write, so that the gateway reads the second before the first's answer.
+        conn.send_raw(encode_request(opening, 1001) + encode_request(closing, 1002))
+        _, opened = conn.receive(type(opening))
+        _, closed = conn.receive(type(opening))
+        assert opened.session_id != 0
+        assert (closed.error_code, closed.session_id) == (ErrorCode.none, 0)
+
+        late = conn.call(fetch_request(FETCH_BY_NAME_V, [], opened.session_id, epoch=1))
+        assert late.error_code == ErrorCode.fetch_session_id_not_found
 
 
 def test_b_s_listings_never_mention_a(pair: Pair, tmp_path: Path) -> None:
@@ -1036,3 +1076,63 @@ def test_a_binding_made_through_the_api_applies_within_seconds(gateway_cluster: 
     for future in client.delete_acls([EVERY_ACL], request_timeout=30).values():
         future.result(30)
     wait_until(lambda: fetch_error() == ErrorCode.none, 5, "the reader to read again")
+
+
+def test_a_binding_made_through_the_api_applies_within_a_fetch_session(
+    gateway_cluster: Any,
+) -> None:
+    """A session's later requests need not name its partitions: the gateway judges them
+    again when the tenant's ACLs change, as Kafka authorizes a session's every partition.
+    The client here goes on as Kafka's clients do: incrementally while it has a session,
+    with a full fetch that asks for one when the server closed it."""
+    tenant = unique("acl-session")
+    admin = acl_admin(gateway_cluster, tenant)
+    create_topic(admin, "ledger", 1)
+    create_topic(admin, "open", 1)
+    produce(admin, "ledger", [b"entry"])
+    reader = new_key(gateway_cluster, tenant)
+
+    with leader_connection(reader, "ledger") as conn:
+        session = {"id": 0, "epoch": 0}
+
+        def fetch_next() -> dict[str, list[tuple[int, list[bytes | None]]]]:
+            if session["id"]:
+                session["epoch"] += 1
+                request = fetch_request(FETCH_BY_NAME_V, [], session["id"], session["epoch"])
+            else:
+                request = fetch_request(FETCH_BY_NAME_V, ["ledger", "open"], 0, epoch=0)
+            answer = conn.call(request)
+            assert answer.error_code == ErrorCode.none
+            session["id"] = answer.session_id
+            return {
+                topic.topic: [(int(p.error_code), values_in(p.records)) for p in topic.partitions]
+                for topic in answer.responses
+            }
+
+        assert fetch_next()["ledger"] == [(ErrorCode.none, [b"entry"])]
+        opened = session["id"]
+        assert opened != 0
+
+        create_acls(
+            admin, topic_acl("ledger", f"User:{reader.key_id}", operation=AclOperation.READ)
+        )
+        wait_until(
+            lambda: fetch_next().get("ledger") == [(ErrorCode.topic_authorization_failed, [])],
+            5,
+            "the new DENY to refuse the partition in the reader's session",
+        )
+        # Answered again and again, as Kafka answers an errored partition of a session,
+        # which goes on for the topic still readable ("open", wherever its leader is).
+        assert fetch_next()["ledger"] == [(ErrorCode.topic_authorization_failed, [])]
+        assert session["id"] == opened
+
+        client = admin_for(admin)
+        for future in client.delete_acls([EVERY_ACL], request_timeout=30).values():
+            future.result(30)
+        # Granted back: read again from where the client left it, in the same session.
+        wait_until(
+            lambda: fetch_next().get("ledger") == [(ErrorCode.none, [b"entry"])],
+            5,
+            "the session to read the partition again",
+        )
+        assert session["id"] == opened
