@@ -133,6 +133,22 @@ def measure_limits(directory: Path, mb: int = 1024) -> dict[str, float]:
     return {k: float(v) for k, v in json.loads(output).items() if isinstance(v, int | float)}
 
 
+class CpuMeter:
+    """Shares of one core that processes used since the last ``lap``."""
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        self.pids = pids
+        self._start = self._sample()
+
+    def _sample(self) -> tuple[float, dict[str, float]]:
+        return time.perf_counter(), {name: cpu_seconds(pid) for name, pid in self.pids.items()}
+
+    def lap(self) -> dict[str, float]:
+        (t0, before), (t1, after) = self._start, self._sample()
+        self._start = (t1, after)
+        return {name: (after[name] - before[name]) / (t1 - t0) for name in self.pids}
+
+
 class LocalCluster:
     """etcd and N brokers as child processes, for a benchmark run.
 
@@ -287,9 +303,13 @@ def create_tenant(etcd_url: str, name: str) -> tuple[str, str]:
 class GatewayProcess:
     """``shoal gateway`` as a child process; broker n is at its port + 1 + n."""
 
-    def __init__(self, root: Path, etcd_url: str, upstream: str, brokers: int) -> None:
+    def __init__(
+        self, root: Path, etcd_url: str, upstream: str, brokers: int, metrics: bool = False
+    ) -> None:
         self.port = free_port_block(brokers + 1)
         self.http_port = free_port_block(1)
+        self.metrics_port = free_port_block(1) if metrics else None
+        """Where the gateway serves its Prometheus metrics, if asked to."""
         self.log_path = root / "gateway.log"
         self.command = [
             sys.executable, "-m", "shoal", "gateway",
@@ -299,6 +319,8 @@ class GatewayProcess:
             f"--upstream={upstream}",
             "--gateway-id=bench",
         ]  # fmt: skip
+        if self.metrics_port is not None:
+            self.command.append(f"--metrics-listen=127.0.0.1:{self.metrics_port}")
         self.process: subprocess.Popen[bytes] | None = None
 
     @property

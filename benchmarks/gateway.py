@@ -52,9 +52,9 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, To
 from confluent_kafka.admin import AdminClient, NewTopic
 from shoal.benchmarks.common import (
     HERE,
+    CpuMeter,
     GatewayProcess,
     LocalCluster,
-    cpu_seconds,
     create_tenant,
     measure_limits,
     produce_flat_out,
@@ -97,22 +97,6 @@ class Run:
     client_cpu_produce: float
     """Share of one core this process (the client and librdkafka's threads) used while producing."""
     client_cpu_consume: float
-
-
-class CpuMeter:
-    """Shares of one core that processes used since the last ``lap``."""
-
-    def __init__(self, pids: dict[str, int]) -> None:
-        self.pids = pids
-        self._start = self._sample()
-
-    def _sample(self) -> tuple[float, dict[str, float]]:
-        return time.perf_counter(), {name: cpu_seconds(pid) for name, pid in self.pids.items()}
-
-    def lap(self) -> dict[str, float]:
-        (t0, before), (t1, after) = self._start, self._sample()
-        self._start = (t1, after)
-        return {name: (after[name] - before[name]) / (t1 - t0) for name in self.pids}
 
 
 def produce(route: Route, topic: str, records: int) -> float:
