@@ -212,14 +212,15 @@ bench: $(VENV)/.installed-bench java kafka
 bench-scale: $(VENV)/.installed-bench java kafka
 	$(BIN)/python -m shoal.benchmarks.scale --update-readme
 
-# The focused benchmarks of one part each (about 12 min, and 9 more for the log cleaner's).
-bench-detail: $(VENV)/.installed-bench java spark-kafka
+# The focused benchmarks of one part each (about 16 min, and 9 more for the log cleaner's).
+bench-detail: $(VENV)/.installed-bench java spark-kafka kafka
 	$(BIN)/python -m shoal.benchmarks.produce_consume
 	$(BIN)/python -m shoal.benchmarks.group_consume
 	$(BIN)/python -m shoal.benchmarks.group_rebalance
 	$(BIN)/python -m shoal.benchmarks.replicated
 	$(BIN)/python -m shoal.benchmarks.gateway
 	$(BIN)/python -m shoal.benchmarks.fetch_sessions
+	$(BIN)/python -m shoal.benchmarks.victim_cost
 	$(BIN)/python -m shoal.benchmarks.spark_read
 	$(BIN)/python -m shoal.benchmarks.recompress
 	$(BIN)/python -m shoal.benchmarks.log_cleaner

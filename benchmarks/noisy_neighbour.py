@@ -87,24 +87,23 @@ def _client(bootstrap: str, key: tuple[str, str], **extra: Any) -> dict[str, Any
     }
 
 
-def victim_producer(
-    bootstrap: str, key: tuple[str, str], rate: float, out: Path, stop: Any
-) -> None:
-    """Produce at ``rate``, each value stamped with its send time; write (sent at, produce ms).
+def victim_producer(config: dict[str, Any], rate: float, out: Path, stop: Any) -> None:
+    """Produce at ``rate``, each value stamped with its send time; write (sent at, produce
+    ms, acknowledged at) per record.
 
     Producer and consumer are processes of their own, as a tenant's applications
     would be: a consumer polled in the producer's loop delays its delivery
     reports by seconds (seen with librdkafka 2.16), which would be measured as
     the cluster's latency.
     """
-    producer = Producer(_client(bootstrap, key, acks="all", **{"linger.ms": 0}))
+    producer = Producer({**config, "acks": "all", "linger.ms": 0})
     padding = b"x" * (VICTIM_RECORD - 8)
     with open(out, "w") as samples:
 
         def delivered(err: Any, msg: Any) -> None:
             if err is None:
-                sent = struct.unpack(">d", msg.value()[:8])[0]
-                samples.write(f"{sent:.6f} {(time.time() - sent) * 1000:.3f}\n")
+                sent, now = struct.unpack(">d", msg.value()[:8])[0], time.time()
+                samples.write(f"{sent:.6f} {(now - sent) * 1000:.3f} {now:.6f}\n")
 
         next_send = time.monotonic()
         while not stop.is_set():
@@ -116,9 +115,9 @@ def victim_producer(
         producer.flush(10)
 
 
-def victim_consumer(bootstrap: str, key: tuple[str, str], out: Path, stop: Any) -> None:
+def victim_consumer(config: dict[str, Any], out: Path, stop: Any) -> None:
     """Read the victim's records as they come; write (sent at, end-to-end ms)."""
-    consumer = Consumer(_client(bootstrap, key, **{"group.id": "victim", "fetch.wait.max.ms": 100}))
+    consumer = Consumer({**config, "group.id": "victim", "fetch.wait.max.ms": 100})
     consumer.subscribe(["victim"])
     with open(out, "w") as samples:
         while not stop.is_set():
@@ -199,14 +198,10 @@ def one_run(
     context = multiprocessing.get_context("spawn")
     acks_path, e2e_path = root / f"victim-acks-{index}.txt", root / f"victim-e2e-{index}.txt"
     stop_victim = context.Event()
+    victim = _client(bootstrap, keys["victim"])
     victims = [
-        context.Process(
-            target=victim_consumer, args=(bootstrap, keys["victim"], e2e_path, stop_victim)
-        ),
-        context.Process(
-            target=victim_producer,
-            args=(bootstrap, keys["victim"], args.rate, acks_path, stop_victim),
-        ),
+        context.Process(target=victim_consumer, args=(victim, e2e_path, stop_victim)),
+        context.Process(target=victim_producer, args=(victim, args.rate, acks_path, stop_victim)),
     ]
     per_process = max(1, args.connections // FLOOD_PROCESSES)
     ready = context.Queue()
@@ -270,8 +265,9 @@ def one_run(
 
 
 def _samples(path: Path) -> list[tuple[float, float]]:
+    """(sent at, milliseconds) of each record a victim's file holds."""
     rows = (line.split() for line in path.read_text().splitlines())
-    return [(float(sent), float(ms)) for sent, ms in rows]
+    return [(float(row[0]), float(row[1])) for row in rows]
 
 
 def set_quotas(etcd_url: str, tenant: str, quotas: Quotas) -> None:
