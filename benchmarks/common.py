@@ -119,6 +119,15 @@ def flush_or_raise(producer: Producer, failures: list[str], started: float) -> f
     return elapsed
 
 
+def write_results(name: str, document: Any) -> None:
+    """Write a benchmark's JSON to ``benchmarks/results/<name>-<time>.json`` (not
+    committed) and say where."""
+    out = HERE / "results" / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps(document, indent=2))
+    print(f"wrote {out}")
+
+
 def measure_limits(directory: Path, mb: int = 1024) -> dict[str, float]:
     """The machine's ceilings (``shared/tools/limits``), ``mb`` MiB per disk test."""
     if not LIMITS.exists():

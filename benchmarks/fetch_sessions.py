@@ -46,6 +46,7 @@ from shoal.benchmarks.common import (
     LocalCluster,
     create_tenant,
     measure_limits,
+    write_results,
 )
 
 HERE = Path(__file__).resolve().parent
@@ -246,10 +247,7 @@ def main() -> None:
         "runs": args.runs,
     }
     result = report(runs, limits, settings)
-    out = HERE / "results" / f"fetch_sessions-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(result, indent=2))
-    print(f"wrote {out}")
+    write_results("fetch_sessions", result)
 
 
 if __name__ == "__main__":

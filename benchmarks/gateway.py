@@ -51,13 +51,13 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from shoal.benchmarks.common import (
-    HERE,
     CpuMeter,
     GatewayProcess,
     LocalCluster,
     create_tenant,
     measure_limits,
     produce_flat_out,
+    write_results,
 )
 
 RECORD_SIZE = 1024
@@ -320,10 +320,7 @@ def main() -> None:
         "brokers": args.brokers,
     }
     result = report(runs, limits, settings)
-    out = HERE / "results" / f"gateway-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(result, indent=2))
-    print(f"wrote {out}")
+    write_results("gateway", result)
 
 
 if __name__ == "__main__":

@@ -36,7 +36,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-from shoal.benchmarks.common import HERE, LocalCluster, cpu_seconds, measure_limits
+from shoal.benchmarks.common import LocalCluster, cpu_seconds, measure_limits, write_results
 
 RECORD_SIZE = 1024
 PARTITIONS = 6
@@ -218,14 +218,9 @@ def main() -> None:
         ratio = f"  {value / ceiling:.2f} of loopback_MBps={ceiling}" if ceiling else ""
         print(f"{name:<28}{value:>10.2f}{ratio}")
     print("\nmachine limits:", json.dumps(limits))
-    out = HERE / "results" / f"group_consume-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(
-        json.dumps(
-            {"median": median, "runs": [asdict(r) for r in runs], "limits": limits}, indent=2
-        )
+    write_results(
+        "group_consume", {"median": median, "runs": [asdict(r) for r in runs], "limits": limits}
     )
-    print(f"wrote {out}")
 
 
 if __name__ == "__main__":

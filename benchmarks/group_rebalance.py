@@ -45,7 +45,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-from shoal.benchmarks.common import HERE, LocalCluster, measure_limits
+from shoal.benchmarks.common import LocalCluster, measure_limits, write_results
 
 PARTITIONS = 12
 MEMBERS = 3
@@ -265,15 +265,10 @@ def main() -> None:
                 f"{row['quiet_gap_s']:>13.3f}"
             )
     print("\nmachine limits:", json.dumps(limits))
-    out = HERE / "results" / f"group_rebalance-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(
-        json.dumps(
-            {"median": summary, "changes": [asdict(c) for c in changes], "limits": limits},
-            indent=2,
-        )
+    write_results(
+        "group_rebalance",
+        {"median": summary, "changes": [asdict(c) for c in changes], "limits": limits},
     )
-    print(f"wrote {out}")
 
 
 if __name__ == "__main__":

@@ -54,11 +54,11 @@ from typing import Any
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from shoal.benchmarks.common import (
-    HERE,
     GatewayProcess,
     LocalCluster,
     create_tenant,
     measure_limits,
+    write_results,
 )
 from shoal.tenancy.model import Quotas
 from shoal.tenancy.store import TenancyStore
@@ -366,10 +366,7 @@ def report(runs: list[list[Phase]], limits: dict[str, float], settings: dict[str
         "p99_alone_spread_ms": [min(alone), max(alone)],
         "runs": [[vars(p) for p in run] for run in runs],
     }
-    out = HERE / "results" / f"noisy-neighbour-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(document, indent=2))
-    print(f"wrote {out}")
+    write_results("noisy-neighbour", document)
 
 
 if __name__ == "__main__":

@@ -34,11 +34,11 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from shoal.benchmarks.common import (
-    HERE,
     LocalCluster,
     cpu_seconds,
     measure_limits,
     produce_flat_out,
+    write_results,
 )
 
 RECORD_SIZE = 1024
@@ -178,10 +178,7 @@ def main() -> None:
                     for _ in range(args.runs)
                 ]
     result = report(runs, limits)
-    out = HERE / "results" / f"produce_consume-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(result, indent=2))
-    print(f"wrote {out}")
+    write_results("produce_consume", result)
 
 
 if __name__ == "__main__":

@@ -36,12 +36,12 @@ from typing import Any
 from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from shoal.benchmarks.common import (
-    HERE,
     LocalCluster,
     cpu_seconds,
     flush_or_raise,
     measure_limits,
     produce_waiting,
+    write_results,
 )
 
 from shoal.records import (
@@ -243,10 +243,7 @@ def main() -> None:
             limits = measure_limits(root)
             e2e = end_to_end(args.records, args.runs, root)
     report(micro_rows, e2e, limits)
-    out = HERE / "results" / f"recompress-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps({"micro": micro_rows, "produce": e2e, "limits": limits}, indent=2))
-    print(f"wrote {out}")
+    write_results("recompress", {"micro": micro_rows, "produce": e2e, "limits": limits})
 
 
 if __name__ == "__main__":

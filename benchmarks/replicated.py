@@ -61,11 +61,11 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 from shoal.benchmarks.common import (
-    HERE,
     LocalCluster,
     cpu_seconds,
     measure_limits,
     produce_flat_out,
+    write_results,
 )
 
 RECORD_SIZE = 1024
@@ -564,10 +564,7 @@ def main() -> None:
         else:
             shutil.rmtree(root, ignore_errors=True)
     result = report(runs, rounds, limits, settings)
-    out = HERE / "results" / f"replicated-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(result, indent=2))
-    print(f"wrote {out}")
+    write_results("replicated", result)
     failed = [i for i, r in enumerate(rounds) if r.problems]
     if failed:
         raise SystemExit(f"failover rounds {failed} found problems; broker logs kept in {root}")

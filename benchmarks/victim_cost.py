@@ -45,6 +45,7 @@ from shoal.benchmarks.common import (
     LocalCluster,
     create_tenant,
     measure_limits,
+    write_results,
 )
 from shoal.benchmarks.noisy_neighbour import VICTIM_RECORD, victim_consumer, victim_producer
 
@@ -210,11 +211,8 @@ def main() -> None:
             f"{r.produce_p99_ms:>9.1f}{r.e2e_p50_ms:>9.1f}{r.e2e_p99_ms:>9.1f}"
         )
     print(f"\nmachine limits ({cores:g} cores):", json.dumps(limits))
-    out = HERE / "results" / f"victim_cost-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    out.parent.mkdir(exist_ok=True)
     document = {"settings": vars(args), "limits": limits, "results": [asdict(r) for r in results]}
-    out.write_text(json.dumps(document, indent=2))
-    print(f"wrote {out}")
+    write_results("victim_cost", document)
 
 
 if __name__ == "__main__":
