@@ -62,6 +62,7 @@ from shoal.broker.txn.verification import TransactionVerifier
 
 from shoal.host_port import split_host_port
 from shoal.metrics import serve_metrics
+from shoal.wire import load_schemas
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +103,13 @@ class Broker:
         """1 when the broker stopped because its log directory failed."""
 
     async def run(self, stop: asyncio.Event) -> None:
+        started = time.perf_counter()
+        loaded = load_schemas(API_VERSIONS)  # before anything serves: see load_schemas
+        log.info(
+            "event=broker_schemas_loaded count=%d seconds=%.2f",
+            loaded,
+            time.perf_counter() - started,
+        )
         logs = _log_manager(self.config)
         offline = asyncio.create_task(self._stop_when_offline(logs, stop), name="log-dir-watch")
         try:

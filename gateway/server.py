@@ -22,7 +22,7 @@ from typing import Any, Final
 
 from opentelemetry.sdk.trace import TracerProvider
 from shoal.gateway.admission import Admission
-from shoal.gateway.apis import GATEWAY_ONLY, REWRITERS
+from shoal.gateway.apis import DECODED_VERSIONS, GATEWAY_ONLY, REWRITERS
 from shoal.gateway.cluster_view import ClusterView
 from shoal.gateway.config import GatewayConfig
 from shoal.gateway.group_lag import poll_group_lag
@@ -46,6 +46,7 @@ from shoal.gateway.usage import UsageLedger
 from shoal.tenancy.store import TenancySnapshot, TenancyStore, TenancyStoreError
 
 from shoal.host_port import split_host_port
+from shoal.wire import load_schemas
 
 log = logging.getLogger(__name__)
 
@@ -236,6 +237,13 @@ class Gateway:
 
     async def run(self, stop: asyncio.Event) -> None:
         config = self.config
+        started = time.perf_counter()
+        loaded = load_schemas(DECODED_VERSIONS)  # before anything serves: see load_schemas
+        log.info(
+            "event=gateway_schemas_loaded count=%d seconds=%.2f",
+            loaded,
+            time.perf_counter() - started,
+        )
         async with TenancyStore(config.etcd) as store, SigningKeyStore(config.etcd) as key_store:
             tenancy = TenancyView(store, config.tenancy_poll_interval_ms / 1000)
             traffic, shares = TrafficLedger(), QuotaShares(config.gateway_id)

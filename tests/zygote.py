@@ -195,6 +195,15 @@ def _serve(channel: socket.socket) -> None:
     """
     for module in PRELOADED:
         __import__(module)
+    # What each broker and gateway loads before it serves (shoal.wire.load_schemas): the
+    # children find it loaded.
+    from shoal.broker.handlers import API_VERSIONS
+    from shoal.gateway.apis import DECODED_VERSIONS
+
+    from shoal.wire import load_schemas
+
+    load_schemas(API_VERSIONS)
+    load_schemas(DECODED_VERSIONS)
     # Forking a process with threads copies their locks, held or not, without them.
     assert threading.active_count() == 1, threading.enumerate()
     wake_read, wake_write = os.pipe()

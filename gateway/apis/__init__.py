@@ -99,3 +99,8 @@ GATEWAY_ONLY: Final[dict[int, tuple[int, int]]] = {
     ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
 }
 """APIs the gateway answers alone; their versions are not intersected with the brokers'."""
+
+DECODED_VERSIONS: Final[dict[int, tuple[int, int]]] = {
+    key: versions for key, (versions, _) in REWRITERS.items()
+} | GATEWAY_ONLY
+"""Every API version the gateway may decode or encode, from clients or to brokers."""

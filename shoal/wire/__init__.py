@@ -17,6 +17,7 @@ from shoal.wire.codec import (
     encode_request,
     encode_response,
     known_api_keys,
+    load_schemas,
     schema,
 )
 from shoal.wire.fetch_session import FINAL_EPOCH, INITIAL_EPOCH, NO_SESSION
@@ -45,5 +46,6 @@ __all__ = [
     "encode_request",
     "encode_response",
     "known_api_keys",
+    "load_schemas",
     "schema",
 ]

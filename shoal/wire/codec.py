@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from types import ModuleType
@@ -154,6 +155,27 @@ def schema(api_key: int, version: int) -> ApiSchema:
         return ApiSchema(api_key, version)
     except KioIndexError as exc:
         raise LookupError(str(exc)) from exc
+
+
+def load_schemas(versions: Mapping[int, tuple[int, int]]) -> int:
+    """Load the schema of every version in ``versions`` (api key: lowest, highest) now; the
+    number loaded (versions kio does not know are left out).
+
+    A server calls this before it listens. Loaded on first use instead, each (api key,
+    version) imports kio's modules for it with the event loop stopped: 4-30 ms each,
+    several at once in every broker when a new kind of client connects (traced in the
+    noisy-neighbour benchmark while the victim was measured: a consumer group's first
+    join). All of the broker's take about 1.2 s of CPU, nearly all of it importing.
+    """
+    loaded = 0
+    for api_key, (low, high) in versions.items():
+        for version in range(low, high + 1):
+            try:
+                schema(api_key, version)
+            except LookupError:
+                continue
+            loaded += 1
+    return loaded
 
 
 def known_api_keys() -> frozenset[int]:
