@@ -12,8 +12,9 @@ Each of R (5) runs measures the victim over five phases of S (10) seconds:
 
 1. alone;
 2. beside the aggressor, flooding produce (10 kB records) and fetch from C (32)
-   connections in four processes of their own (started, and their imports
-   done, before the victim starts; the phase sets them going);
+   connections in four processes of their own (started, their imports done
+   and their clients signed in, before the victim starts; the phase sets them
+   going);
 3. after the aggressor stopped;
 4. beside *unthrottled*, the same flood without a quota: what the quota buys;
 5. after it stopped.
@@ -137,11 +138,12 @@ def aggressor(
     from when ``go`` is set until ``stop`` is.
 
     The process is started before its phase and waits for ``go`` with its imports
-    done: four Pythons starting at once take both cores for a second or two, which
-    the victim would otherwise count against the cluster.
+    done and its clients signed in (each producer has written one record, so it is
+    connected to the leaders too): four Pythons starting at once take both cores for
+    a second or two, and dozens of clients signing in at once are a login storm
+    (measured on its own by tests/integration/test_gateway_connection_storm.py),
+    either of which the victim would otherwise count against the flood.
     """
-    ready.put(os.getpid())
-    go.wait()
     clients = [
         Producer(_client(bootstrap, key, **{"queue.buffering.max.kbytes": 4096}))
         for _ in range(producers)
@@ -151,8 +153,14 @@ def aggressor(
             bootstrap, key, **{"group.id": f"flood-{os.getpid()}", "auto.offset.reset": "earliest"}
         )
     )
-    consumer.subscribe(["flood"])
     value = os.urandom(FLOOD_RECORD)
+    for producer in clients:
+        producer.produce("flood", value)
+        producer.flush(60)
+    consumer.list_topics("flood", timeout=60)
+    ready.put(os.getpid())
+    go.wait()
+    consumer.subscribe(["flood"])
     while not stop.is_set():
         for producer in clients:
             try:
