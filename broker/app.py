@@ -103,13 +103,7 @@ class Broker:
         """1 when the broker stopped because its log directory failed."""
 
     async def run(self, stop: asyncio.Event) -> None:
-        started = time.perf_counter()
-        loaded = load_schemas(API_VERSIONS)  # before anything serves: see load_schemas
-        log.info(
-            "event=broker_schemas_loaded count=%d seconds=%.2f",
-            loaded,
-            time.perf_counter() - started,
-        )
+        load_schemas(API_VERSIONS)  # before anything serves: see load_schemas
         logs = _log_manager(self.config)
         offline = asyncio.create_task(self._stop_when_offline(logs, stop), name="log-dir-watch")
         try:

@@ -237,13 +237,7 @@ class Gateway:
 
     async def run(self, stop: asyncio.Event) -> None:
         config = self.config
-        started = time.perf_counter()
-        loaded = load_schemas(DECODED_VERSIONS)  # before anything serves: see load_schemas
-        log.info(
-            "event=gateway_schemas_loaded count=%d seconds=%.2f",
-            loaded,
-            time.perf_counter() - started,
-        )
+        load_schemas(DECODED_VERSIONS)  # before anything serves: see load_schemas
         async with TenancyStore(config.etcd) as store, SigningKeyStore(config.etcd) as key_store:
             tenancy = TenancyView(store, config.tenancy_poll_interval_ms / 1000)
             traffic, shares = TrafficLedger(), QuotaShares(config.gateway_id)
