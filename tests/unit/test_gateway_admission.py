@@ -55,11 +55,20 @@ async def test_another_tenant_does_not_queue_behind_one_in_debt() -> None:
 
 
 async def test_a_fetch_waits_for_its_tenants_debt_and_is_charged_its_answer() -> None:
-    gate = admission(window_s=0.02)
+    # The clock stands still from the fetch to its answer, so the throttle is the debt's
+    # whole time (a millisecond passing between them refilled 100 bytes: 179 ms, once).
+    stopped: list[float] = []
+    gate = Admission(
+        QuotaManager(QuotaConfig(window_s=0.02)),
+        TrafficLedger(),
+        clock=lambda: stopped[0] if stopped else time.monotonic(),
+    )
+    stopped.append(time.monotonic())
     ticket = await gate.fetch("acme", LIMIT)
     assert ticket is not None and ticket.reserved == 2 * SIZE
     # The answer came back with 20 kB (a first batch returned whole): 0.18 s owed.
     assert gate.fetched(ticket, 20 * SIZE) == 180
+    stopped.clear()
     started = time.monotonic()
     await gate.fetch("acme", LIMIT)
     assert time.monotonic() - started >= 0.18
