@@ -60,6 +60,7 @@ from shoal.broker.txn.coordinator import TransactionCoordinator
 from shoal.broker.txn.markers import TxnMarkerSender, write_markers
 from shoal.broker.txn.verification import TransactionVerifier
 
+from shoal.descriptor_table import reserve_descriptor_table
 from shoal.host_port import split_host_port
 from shoal.metrics import serve_metrics
 from shoal.wire import load_schemas
@@ -104,6 +105,7 @@ class Broker:
 
     async def run(self, stop: asyncio.Event) -> None:
         load_schemas(API_VERSIONS)  # before anything serves: see load_schemas
+        reserve_descriptor_table()  # nor grow it while accepting: see the module
         logs = _log_manager(self.config)
         offline = asyncio.create_task(self._stop_when_offline(logs, stop), name="log-dir-watch")
         try:

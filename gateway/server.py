@@ -45,6 +45,7 @@ from shoal.gateway.upstream import UpstreamError
 from shoal.gateway.usage import UsageLedger
 from shoal.tenancy.store import TenancySnapshot, TenancyStore, TenancyStoreError
 
+from shoal.descriptor_table import reserve_descriptor_table
 from shoal.host_port import split_host_port
 from shoal.wire import load_schemas
 
@@ -238,6 +239,7 @@ class Gateway:
     async def run(self, stop: asyncio.Event) -> None:
         config = self.config
         load_schemas(DECODED_VERSIONS)  # before anything serves: see load_schemas
+        reserve_descriptor_table()  # nor grow it while accepting: see the module
         async with TenancyStore(config.etcd) as store, SigningKeyStore(config.etcd) as key_store:
             tenancy = TenancyView(store, config.tenancy_poll_interval_ms / 1000)
             traffic, shares = TrafficLedger(), QuotaShares(config.gateway_id)
