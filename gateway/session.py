@@ -205,6 +205,8 @@ class ClientSession:
         self._task: asyncio.Task[None] | None = None
         self._counted_for: str | None = None
         """The tenant this connection counts against (its connection limit)."""
+        self._login_turn = 0
+        """The login's turn its work goes on in (:mod:`shoal.gateway.login_turns`)."""
         self._auth_deadline: asyncio.Timeout | None = None
         """The authentication timeout, moved later by as long as a login is held."""
 
@@ -284,7 +286,7 @@ class ClientSession:
         """The next frame of a login, once the logins' turns (:mod:`shoal.gateway.login_turns`)
         let its work run."""
         frame = await self._read_frame()
-        await self.services.login_turns.take()
+        self._login_turn = await self.services.login_turns.take()
         return frame
 
     async def _answer(self, header: RequestHeader, api: ApiSchema, body: Any) -> None:
@@ -553,11 +555,17 @@ class ClientSession:
     async def _login(self, mechanism: str, message: bytes) -> _Login | _Challenge:
         """Check one client SASL message; the login, a challenge to send back
         (the exchange goes on), or :class:`_LoginRefusedError` saying why not."""
+        turns = self.services.login_turns
         try:
-            return await self._check_login(mechanism, message)
+            login = await self._check_login(mechanism, message)
         except _LoginRefusedError:
             self.services.metrics.authentication_failed("kafka")
+            # The check may have waited (for a key's hash, which every login of that
+            # key in the meantime waits on too): the refusal is encoded in a turn.
+            self._login_turn = await turns.keep(self._login_turn)
             raise
+        self._login_turn = await turns.keep(self._login_turn)
+        return login
 
     async def _check_login(self, mechanism: str, message: bytes) -> _Login | _Challenge:
         tenancy = self.services.tenancy

@@ -96,3 +96,41 @@ async def test_a_listener_with_a_small_accept_backlog_still_queues_a_storm_in_th
             writer.close()
         server.close()
         await server.wait_closed()
+
+
+async def test_logins_that_went_on_after_one_wait_take_turns_again() -> None:
+    """Every login of a key waits on the same check of its secret (shoal.tenancy.verifier):
+    when it ends they all go on in one round unless each takes a turn again."""
+    turns, rounds = LoginTurns(per_round=2), Rounds()
+    checked: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    all_waiting = asyncio.Event()
+    waiting: list[int] = []
+    went_on: list[int] = []
+
+    async def login() -> None:
+        turn = await turns.take()
+        waiting.append(turn)
+        if len(waiting) == 20:
+            all_waiting.set()
+        await checked
+        await turns.keep(turn)
+        went_on.append(rounds.now)
+
+    logins = asyncio.gather(*(login() for _ in range(20)))
+    await all_waiting.wait()
+    checked.set_result(None)
+    await logins
+    rounds.stop()
+
+    assert len(went_on) == 20
+    assert max(Counter(went_on).values()) <= 2
+
+
+async def test_a_login_that_did_not_wait_goes_on_in_the_turn_it_has() -> None:
+    turns, rounds = LoginTurns(per_round=1), Rounds()
+    turn = await turns.take()
+    round_taken = rounds.now
+
+    assert await turns.keep(turn) == turn
+    assert rounds.now == round_taken
+    rounds.stop()
