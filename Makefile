@@ -221,6 +221,7 @@ bench-detail: $(VENV)/.installed-bench java spark-kafka kafka
 	$(BIN)/python -m shoal.benchmarks.gateway
 	$(BIN)/python -m shoal.benchmarks.fetch_sessions
 	$(BIN)/python -m shoal.benchmarks.victim_cost
+	$(BIN)/python -m shoal.benchmarks.request_cost
 	$(BIN)/python -m shoal.benchmarks.spark_read
 	$(BIN)/python -m shoal.benchmarks.recompress
 	$(BIN)/python -m shoal.benchmarks.log_cleaner
