@@ -655,11 +655,10 @@ class Log:
             return limit
         start = max(first.position, segment.offset_index.floor_position(limit))
         end = start
-        for location in segment.scan(start):
-            batch_end = location.position + location.header.size
-            if batch_end > limit:
+        for position, size in segment.batch_spans(start):
+            if position + size > limit:
                 break
-            end = batch_end
+            end = position + size
         return end
 
     # -- offsets by time -------------------------------------------------------

@@ -78,6 +78,25 @@ def test_find_batch_returns_the_batch_holding_the_offset_or_the_next(tmp_path: P
     segment.close()
 
 
+def test_find_batch_walks_from_a_sparse_index_entry_across_read_windows(
+    tmp_path: Path, helpers
+) -> None:
+    # 300 batches of about 150 bytes: index entries every 4 KiB leave a couple of
+    # dozen batches between them, and the walk reads the file in 16 KiB windows.
+    segment = _segment(tmp_path, index_interval_bytes=4096)
+    headers = [_append(segment, helpers, 2, value_size=50) for _ in range(300)]
+    spans = [(loc.position, loc.header.size) for loc in segment.scan()]
+    assert list(segment.batch_spans()) == spans
+    assert list(segment.batch_spans(spans[77][0])) == spans[77:]
+    for offset in range(600):
+        location = segment.find_batch(offset)
+        assert location is not None
+        assert location.header == headers[offset // 2]
+        assert location.position == spans[offset // 2][0]
+    assert segment.find_batch(600) is None
+    segment.close()
+
+
 def test_index_entry_every_index_interval_bytes(tmp_path: Path, helpers) -> None:
     segment = _segment(tmp_path, index_interval_bytes=300)
     batch_size = len(helpers.make_batch(1, value_size=100))
