@@ -38,7 +38,7 @@ from kio.serial._introspect import (
     is_optional,
 )
 from kio.serial._serialize import get_field_writer
-from kio.serial.writers import write_tagged_field, write_unsigned_varint
+from kio.serial.writers import write_tagged_field
 from kio.static.primitive import uvarint
 
 EntityWriter = Callable[[io.BytesIO, Any], None]
@@ -257,9 +257,15 @@ def _tagged_fields(
     written = []
     for tag, field, writer, implicit_default in tagged:
         value = getattr(entity, field.name)
-        if value == field.default or (field.default is MISSING and value == implicit_default):
+        default = field.default
+        # Most are at their default, which is one shared instance: identity first.
+        if (
+            value is default
+            or value == default
+            or (default is MISSING and value == implicit_default)
+        ):
             continue
         written.append((tag, writer, value))
-    write_unsigned_varint(out, uvarint(len(written)))
+    out.write(_uvarint(len(written)))
     for tag, writer, value in written:
         write_tagged_field(out, uvarint(tag), writer, value)
