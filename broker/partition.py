@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 from shoal.broker.cluster.model import NodeId, PartitionState
 from shoal.broker.log.log import AppendInfo, FileSlice, Log
 from shoal.broker.log.txn_index import AbortedTxn
+from shoal.broker.tasks import wait_at_most
 
 NO_EPOCH = -1
 UNKNOWN_OFFSET = -1
@@ -277,7 +278,7 @@ class Partition:
             waiter = loop.create_future()
             self.add_waiter(waiter)
             try:
-                await asyncio.wait([waiter], timeout=remaining)
+                await wait_at_most(waiter, remaining)
             finally:
                 self.remove_waiter(waiter)
 
@@ -361,7 +362,7 @@ class Partition:
             waiter = loop.create_future()
             self.add_waiter(waiter)
             try:
-                await asyncio.wait([waiter], timeout=remaining)
+                await wait_at_most(waiter, remaining)
             finally:
                 self.remove_waiter(waiter)
 

@@ -51,6 +51,7 @@ from shoal.broker.handlers.base import (
 from shoal.broker.log.log import FileSlice, OffsetOutOfRangeError
 from shoal.broker.log.txn_index import AbortedTxn
 from shoal.broker.partition import NO_EPOCH, Partition, PartitionError
+from shoal.broker.tasks import wait_at_most
 
 from shoal.wire import FINAL_EPOCH, NO_SESSION, ErrorCode, FileRegion, RecordsSplicer
 
@@ -315,7 +316,7 @@ async def _wait_for_data(partitions: set[Partition], seconds: float) -> None:
     for partition in partitions:
         partition.add_waiter(waiter)
     try:
-        await asyncio.wait([waiter], timeout=seconds)
+        await wait_at_most(waiter, seconds)
     finally:
         for partition in partitions:
             partition.remove_waiter(waiter)
