@@ -167,7 +167,14 @@ def replace(entity: Any, **changes: Any) -> Any:
 
 
 def has_field(entity: Any, name: str) -> bool:
-    return any(f.name == name for f in dataclasses.fields(entity))
+    names = _FIELD_NAMES.get(type(entity))
+    if names is None:
+        names = _FIELD_NAMES[type(entity)] = frozenset(f.name for f in dataclasses.fields(entity))
+    return name in names
+
+
+_FIELD_NAMES: dict[type[Any], frozenset[str]] = {}
+"""Each message class's field names: asked for every topic of every answer relayed."""
 
 
 def topic_field(entity: Any) -> str:
@@ -205,5 +212,7 @@ def scrubbed(entity: Any, broker_name: str, name: str) -> Any:
     for nested in ("partition_responses", "partitions"):
         children = getattr(entity, nested, None)
         if children and has_field(children[0], "error_message"):
-            changes[nested] = tuple(scrubbed(c, broker_name, name) for c in children)
+            kept = tuple(scrubbed(c, broker_name, name) for c in children)
+            if any(new is not old for new, old in zip(kept, children, strict=True)):
+                changes[nested] = kept
     return replace(entity, **changes) if changes else entity
