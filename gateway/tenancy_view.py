@@ -38,6 +38,9 @@ class TenancyView:
         self._subjects: dict[str, str] = {}
         """Certificate subject -> id of the live key it signs in as."""
         self._loading = asyncio.Lock()
+        self._accesses: dict[str, TenantAccess | None] = {}
+        self._accesses_of = self.snapshot
+        """The snapshot ``_accesses`` were computed from."""
         self._stamp: tuple[int, int] | None = None
         """The tenancy records' stamp when the snapshot was last read: a poll that finds it
         unchanged reads nothing more (with a thousand tenants, reading and decoding every
@@ -96,21 +99,20 @@ class TenancyView:
                 failing = True
 
     def access(self, key_id: str) -> TenantAccess | None:
-        """The key's current rights, or None if it may no longer connect."""
+        """The key's current rights, or None if it may no longer connect.
+
+        Every request of a session asks, so the answer is kept until the snapshot
+        is replaced (records are only ever swapped whole, never changed in place).
+        """
         snapshot = self.snapshot
-        key = snapshot.keys.get(key_id)
-        if key is None or key.revoked:
-            return None
-        tenant = snapshot.tenants.get(key.tenant)
-        if tenant is None:
-            return None
-        return TenantAccess(
-            tenant=key.tenant,
-            key_id=key_id,
-            bindings=snapshot.bindings.get(key.tenant, ()),
-            quotas=tenant.quotas,
-            platform_admin=key.platform_admin,
-        )
+        if self._accesses_of is not snapshot:
+            self._accesses.clear()
+            self._accesses_of = snapshot
+        try:
+            return self._accesses[key_id]
+        except KeyError:
+            access = self._accesses[key_id] = _access(snapshot, key_id)
+            return access
 
     def key_for_subject(self, subject: str) -> str | None:
         """The id of the live key a client certificate of ``subject`` signs in as."""
@@ -136,6 +138,22 @@ class TenancyView:
 
     def still_valid(self, key_id: str) -> bool:
         return self.access(key_id) is not None
+
+
+def _access(snapshot: TenancySnapshot, key_id: str) -> TenantAccess | None:
+    key = snapshot.keys.get(key_id)
+    if key is None or key.revoked:
+        return None
+    tenant = snapshot.tenants.get(key.tenant)
+    if tenant is None:
+        return None
+    return TenantAccess(
+        tenant=key.tenant,
+        key_id=key_id,
+        bindings=snapshot.bindings.get(key.tenant, ()),
+        quotas=tenant.quotas,
+        platform_admin=key.platform_admin,
+    )
 
 
 def _subjects(snapshot: TenancySnapshot) -> dict[str, str]:

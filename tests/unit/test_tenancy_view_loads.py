@@ -9,9 +9,10 @@ snapshot (its revision lower than before) are still taken.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 from shoal.gateway.tenancy_view import TenancyView
-from shoal.tenancy.model import Tenant
+from shoal.tenancy.model import ApiKey, Tenant
 from shoal.tenancy.store import TenancySnapshot
 
 
@@ -57,3 +58,19 @@ async def test_the_records_of_a_restored_etcd_are_taken() -> None:
     etcd.revision = 3  # restored from a snapshot taken earlier
     await view.load()
     assert set(view.snapshot.tenants) == {"t3"}
+
+
+async def test_a_keys_rights_are_kept_until_the_records_change() -> None:
+    view = TenancyView(Etcd(), poll_interval_s=1.0)  # type: ignore[arg-type]
+    key = ApiKey("k1", "acme", "hash", created_ms=0)
+    view.snapshot = TenancySnapshot(5, {"acme": Tenant("acme", created_ms=0)}, {"k1": key}, {})
+    first = view.access("k1")
+    assert first is not None and first.tenant == "acme"
+    assert view.access("k1") is first
+    assert view.access("nobody") is None
+
+    revoked = replace(key, revoked_ms=1)
+    view.snapshot = TenancySnapshot(6, {"acme": Tenant("acme", created_ms=0)}, {"k1": revoked}, {})
+    assert view.access("k1") is None
+    view.snapshot = TenancySnapshot(7, {}, {"k1": key}, {})
+    assert view.access("k1") is None  # the tenant is gone
