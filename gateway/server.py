@@ -47,7 +47,7 @@ from shoal.tenancy.store import TenancySnapshot, TenancyStore, TenancyStoreError
 
 from shoal.descriptor_table import reserve_descriptor_table
 from shoal.host_port import split_host_port
-from shoal.wire import load_schemas
+from shoal.wire import ErrorCode, load_schemas
 
 log = logging.getLogger(__name__)
 
@@ -148,6 +148,10 @@ class GatewayServices:
     quota_store: StoreQuotas
     acl_store: StoreAcls
     versions: dict[int, tuple[int, int]] = field(default_factory=dict)
+    api_versions_answers: (
+        tuple[dict[int, tuple[int, int]], dict[tuple[int, ErrorCode], bytes]] | None
+    ) = None
+    """Encoded ApiVersions bodies by (version, error), and the ``versions`` they list."""
     usage: UsageLedger = field(default_factory=UsageLedger)
     metrics: GatewayMetrics = field(default_factory=GatewayMetrics)
     tokens: TokenAuthority | None = None
