@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import struct
 import time
 
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from conftest import start_gateway_cluster
-from raw_kafka import request_class
+from kio.schema.errors import ErrorCode
+from raw_kafka import RawConnection, frame, request_class
 
 
 def test_produce_and_consume_through_the_gateway(gateway_cluster) -> None:  # type: ignore[no-untyped-def]
@@ -57,3 +59,27 @@ def test_bootstrap_connections_skip_a_broker_that_just_died(etcd, tmp_path) -> N
         for broker in brokers:
             if broker.running:
                 broker.kill()
+
+
+def test_api_versions_answers_each_version_asked_the_same_every_time(gateway_cluster) -> None:  # type: ignore[no-untyped-def]
+    # The answer is encoded once per version and kept: each later connection must get
+    # the same bytes under its own correlation id, and a version the gateway does not
+    # serve still gets UNSUPPORTED_VERSION with the offered range, in v0.
+    bootstrap = gateway_cluster.tenant("versions").bootstrap()
+    answers = []
+    for correlation_id in (7, 8):
+        with RawConnection(bootstrap) as conn:
+            conn.send_raw(frame(struct.pack(">hhih", 18, 99, correlation_id, -1) + b"\0" * 4))
+            unsupported = conn.read_frame()
+            conn.send_raw(
+                frame(struct.pack(">hhih", 18, 3, correlation_id, -1) + b"\0\x02a\x021\0")
+            )
+            answers.append(conn.read_frame())
+        got_id, error_code, count = struct.unpack_from(">ihi", unsupported)
+        assert (got_id, error_code) == (correlation_id, ErrorCode.unsupported_version)
+        offered = {struct.unpack_from(">h", unsupported, 10 + 6 * i)[0] for i in range(count)}
+        assert {0, 1, 3, 18, 36} <= offered
+    first, second = answers
+    assert struct.unpack_from(">i", first) == (7,) and struct.unpack_from(">i", second) == (8,)
+    assert first[4:] == second[4:]
+    assert struct.unpack_from(">h", first, 4)[0] == ErrorCode.none  # header v0 in every version
