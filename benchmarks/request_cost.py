@@ -69,6 +69,7 @@ SYSTEMS: Final = ("shoal", "shoal-gw", "kafka")
 TENANT: Final = "bench"
 TOPIC: Final = "request-cost"
 IN_FLIGHT: Final = 8
+"""Requests sent before the first answer is awaited, by default (``--in-flight``)."""
 WARM_UP: Final = 5_000
 KAFKA_WARM_UP: Final = 60_000
 """Kafka's JIT compiles its hot paths after some thousands of calls."""
@@ -140,7 +141,8 @@ class Target:
 class Connection:
     """A connection to ``target``, signed in (its login's cost is left out of every figure)."""
 
-    def __init__(self, target: Target) -> None:
+    def __init__(self, target: Target, in_flight: int = IN_FLIGHT) -> None:
+        self.in_flight = in_flight
         host, port = target.address.rsplit(":", 1)
         self.address = target.address
         self.sock = socket.create_connection((host, int(port)), timeout=60)
@@ -154,9 +156,9 @@ class Connection:
         self.sock.close()
 
     def drive(self, frame: bytes, count: int) -> float:
-        """Send ``frame`` ``count`` times, ``IN_FLIGHT`` at a time; the seconds it took."""
+        """Send ``frame`` ``count`` times, ``in_flight`` at a time; the seconds it took."""
         started = time.perf_counter()
-        sent = min(IN_FLIGHT, count)
+        sent = min(self.in_flight, count)
         self.sock.sendall(frame * sent)
         answered = 0
         for _ in self.answers:
@@ -251,9 +253,11 @@ def _frame(api: ApiSchema, body: Any) -> bytes:
     return bytes(encode_request(api, 1, CLIENT_ID, body))
 
 
-def measure(target: Target, frame: bytes, requests: int, runs: int) -> dict[str, Any]:
+def measure(
+    target: Target, frame: bytes, requests: int, runs: int, in_flight: int = IN_FLIGHT
+) -> dict[str, Any]:
     """Each process's CPU per request (median over ``runs``), and requests a second."""
-    connection = Connection(target)
+    connection = Connection(target, in_flight)
     try:
         connection.drive(frame, target.warm_up)
         cpu_us: dict[str, list[float]] = {name: [] for name in target.pids}
@@ -320,7 +324,9 @@ def run_system(
                 )
         figures = {}
         for kind in kinds:
-            figures[kind.name] = measure(target, kind.frame(), args.requests, args.runs)
+            figures[kind.name] = measure(
+                target, kind.frame(), args.requests, args.runs, args.in_flight
+            )
             spent = ", ".join(
                 f"{name} {us:.1f} us" for name, us in figures[kind.name]["cpu_us"].items()
             )
@@ -338,7 +344,7 @@ def floor(args: argparse.Namespace) -> dict[str, Any]:
         server.stdout.readline()
         frame = request_kinds(TOPIC)[0].frame()
         target = Target(f"127.0.0.1:{port}", {"echo": server.pid}, WARM_UP)
-        return measure(target, frame, args.requests, args.runs)
+        return measure(target, frame, args.requests, args.runs, args.in_flight)
     finally:
         server.terminate()
         server.wait(10)
@@ -349,6 +355,12 @@ def main() -> None:
     parser.add_argument("--systems", default=",".join(SYSTEMS))
     parser.add_argument("--requests", type=int, default=20_000, help="of each kind, each run")
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument(
+        "--in-flight",
+        type=int,
+        default=IN_FLIGHT,
+        help="requests sent before waiting for an answer (1: every request wakes the server)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
     args = parser.parse_args()
     systems = [s for s in args.systems.split(",") if s]
@@ -382,6 +394,7 @@ def main() -> None:
             "results": results,
             "requests": args.requests,
             "runs": args.runs,
+            "in_flight": args.in_flight,
         },
     )
 
@@ -395,7 +408,8 @@ def _report(
 ) -> None:
     floor_us = base["cpu_us"]["echo"]
     print(
-        f"\nCPU per request, us (median of {args.runs} runs of {args.requests:,});"
+        f"\nCPU per request, us (median of {args.runs} runs of {args.requests:,},"
+        f" {args.in_flight} in flight);"
         f" floor: an asyncio server answering each frame, {floor_us:.1f} us"
     )
     columns = [
