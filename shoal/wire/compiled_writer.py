@@ -41,6 +41,8 @@ from kio.serial._serialize import get_field_writer
 from kio.serial.writers import write_tagged_field
 from kio.static.primitive import uvarint
 
+from shoal.wire.varint import encode_uvarint
+
 EntityWriter = Callable[[io.BytesIO, Any], None]
 
 _STRUCTS: Final = {
@@ -65,14 +67,8 @@ _EMPTY_TAGS: Final = b"\x00"
 
 
 def _uvarint(value: int) -> bytes:
-    if value < 0x80:
-        return _SMALL[value]
-    out = bytearray()
-    while value & ~0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
+    # Lengths and counts nearly always fit in one byte: those are looked up.
+    return _SMALL[value] if value < 0x80 else encode_uvarint(value)
 
 
 _SMALL: Final = tuple(bytes((i,)) for i in range(0x80))
