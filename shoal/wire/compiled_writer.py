@@ -210,6 +210,15 @@ def _field_lines(field: Field[Any], flexible: bool, bind: Callable[[Any], str]) 
     value = f"e.{field.name}"
     optional = is_optional(field)
     match classify_field(field):
+        case PrimitiveField() if get_schema_field_type(field) in ("bytes", "records"):
+            # The length and the bytes are written apart: joined, a relayed fetch
+            # answer's megabytes of records would be copied once more.
+            null, length = _null_and_length(flexible, bind)
+            lines = [f"    v = {value}"]
+            if optional:
+                lines += ["    if v is None:", f"        w({null})", "    else:"]
+            indent = "    " * (2 if optional else 1)
+            return [*lines, f"{indent}w({length})", f"{indent}w(v)"]
         case PrimitiveField():
             pack = bind(_primitive(get_schema_field_type(field), flexible, optional))
             return [f"    w({pack}({value}))"]
@@ -230,11 +239,7 @@ def _field_lines(field: Field[Any], flexible: bool, bind: Callable[[Any], str]) 
             item = f"w({pack}(item))"
         case EntityTupleField(field_type):
             item = f"{bind(compiled_writer(field_type))}(out, item)"
-    null, length = (
-        ("b'\\x00'", "_uvarint(len(v) + 1)")
-        if flexible
-        else ("b'\\xff\\xff\\xff\\xff'", f"{bind(_I32.pack)}(len(v))")
-    )
+    null, length = _null_and_length(flexible, bind)
     return [
         f"    v = {value}",
         "    if v is None:",
@@ -244,6 +249,14 @@ def _field_lines(field: Field[Any], flexible: bool, bind: Callable[[Any], str]) 
         "        for item in v:",
         f"            {item}",
     ]
+
+
+def _null_and_length(flexible: bool, bind: Callable[[Any], str]) -> tuple[str, str]:
+    """Source for a null, and for the length of ``v``, of an array or bytes field: a
+    varint of length + 1 (0 for null) when flexible, else an int32 (-1 for null)."""
+    if flexible:
+        return "b'\\x00'", "_uvarint(len(v) + 1)"
+    return "b'\\xff\\xff\\xff\\xff'", f"{bind(_I32.pack)}(len(v))"
 
 
 def _tagged_fields(
