@@ -283,17 +283,28 @@ class Partition:
                 self.remove_waiter(waiter)
 
     def maybe_advance_high_watermark(self) -> None:
-        """The high watermark is the smallest log end in the (maximal) ISR; it never goes back."""
-        end_offsets = [
-            self.log.log_end_offset
-            if node == self.node_id
-            else self.followers.get(node, FollowerState()).log_end_offset
-            for node in self.maximal_isr
-        ]
-        candidate = min(end_offsets, default=self.log.log_end_offset)
-        if candidate > self.log.high_watermark:
+        """The high watermark is the smallest log end in the (maximal) ISR; it never goes back.
+
+        Called on every follower fetch of every partition in its session, so it
+        walks the ISR without building the maximal set unless a change is pending.
+        """
+        log = self.log
+        own_end = log.log_end_offset
+        isr = self.state.isr if self.pending_isr is None else self.maximal_isr
+        candidate = None
+        for node in isr:
+            if node == self.node_id:
+                end = own_end
+            else:
+                follower = self.followers.get(node)
+                end = UNKNOWN_OFFSET if follower is None else follower.log_end_offset
+            if candidate is None or end < candidate:
+                candidate = end
+        if candidate is None:
+            candidate = own_end
+        if candidate > log.high_watermark:
             # The last stable offset moves with it: read_committed waiters wake too.
-            self.log.high_watermark = candidate
+            log.high_watermark = candidate
             self.wake()
 
     # -- followers, seen from the leader -------------------------------------------
@@ -375,13 +386,12 @@ class Partition:
         """
         if not self.is_leader or self.pending_isr is not None:
             return None
-        epoch_start = self._epoch_start_offset()
-        joining = [
-            node
-            for node, follower in self.followers.items()
-            if node not in self.state.isr
-            and follower.log_end_offset >= max(self.high_watermark, epoch_start)
-        ]
+        isr = self.state.isr
+        outside = [(n, f) for n, f in self.followers.items() if n not in isr]
+        if not outside:  # the common case, checked on every follower fetch
+            return None
+        least = max(self.high_watermark, self._epoch_start_offset())
+        joining = [node for node, follower in outside if follower.log_end_offset >= least]
         if not joining:
             return None
         return self._with_isr((*self.state.isr, *sorted(joining)))
