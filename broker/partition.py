@@ -117,6 +117,9 @@ class Partition:
         self.leader_high_watermark: int | None = None
         """As a follower, the high watermark the leader last sent (DescribeLogDirs' lag)."""
         self._waiters: set[asyncio.Future[None]] = set()
+        self._data_waiters: set[asyncio.Future[None]] = set()
+        """Replicas' fetches: they read to the log end, so a new high watermark or log
+        start alone gives them nothing to answer with."""
 
     @property
     def is_leader(self) -> bool:
@@ -305,7 +308,7 @@ class Partition:
         if candidate > log.high_watermark:
             # The last stable offset moves with it: read_committed waiters wake too.
             log.high_watermark = candidate
-            self.wake()
+            self._wake_readers()
 
     # -- followers, seen from the leader -------------------------------------------
 
@@ -332,7 +335,7 @@ class Partition:
         follower.last_fetch_leader_end_offset = leader_end
         if log_start_offset != follower.log_start_offset:
             follower.log_start_offset = log_start_offset
-            self.wake()  # a DeleteRecords waiting for this replica's low watermark
+            self._wake_readers()  # a DeleteRecords waiting for this replica's low watermark
         self.maybe_advance_high_watermark()
 
     # -- the low watermark (DeleteRecords) -------------------------------------------
@@ -478,15 +481,30 @@ class Partition:
 
     # -- waiting for data ----------------------------------------------------------
 
-    def add_waiter(self, waiter: asyncio.Future[None]) -> None:
-        self._waiters.add(waiter)
+    def add_waiter(self, waiter: asyncio.Future[None], *, data_only: bool = False) -> None:
+        """``waiter`` is set at the next change; with ``data_only`` (a replica's fetch) only
+        at new records or a state change, not at a new high watermark or log start."""
+        (self._data_waiters if data_only else self._waiters).add(waiter)
 
     def remove_waiter(self, waiter: asyncio.Future[None]) -> None:
         self._waiters.discard(waiter)
+        self._data_waiters.discard(waiter)
 
     def wake(self) -> None:
-        """New data, a new high watermark, or a state change a waiter must see."""
+        """New data or a state change: every waiter must look again."""
+        self._wake_readers()
+        waiters, self._data_waiters = self._data_waiters, set()
+        _set_all(waiters)
+
+    def _wake_readers(self) -> None:
+        """A new high watermark (and last stable offset) or a follower's log start:
+        consumers, acks=all produces and DeleteRecords look again; replicas' fetches,
+        which would find nothing to answer with, sleep on."""
         waiters, self._waiters = self._waiters, set()
-        for waiter in waiters:
-            if not waiter.done():
-                waiter.set_result(None)
+        _set_all(waiters)
+
+
+def _set_all(waiters: set[asyncio.Future[None]]) -> None:
+    for waiter in waiters:
+        if not waiter.done():
+            waiter.set_result(None)

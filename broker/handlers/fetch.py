@@ -109,7 +109,7 @@ async def handle_fetch(services: BrokerServices, ctx: RequestContext, request: A
             for w in wanted
             if w.name is not None and (p := services.replicas.get(w.name, w.index)) is not None
         }
-        await _wait_for_data(partitions, remaining)
+        await _wait_for_data(partitions, remaining, data_only=replica_id >= 0)
     answered = context.answer(results)
     if isinstance(answered, ErrorCode):
         return _refusal(ctx, answered)
@@ -311,10 +311,14 @@ def _read_one(
     )
 
 
-async def _wait_for_data(partitions: set[Partition], seconds: float) -> None:
+async def _wait_for_data(partitions: set[Partition], seconds: float, data_only: bool) -> None:
+    """Until a change in any of ``partitions`` or ``seconds`` pass. A replica's fetch
+    (``data_only``) is not woken by a new high watermark: it reads to the log end, and
+    a watermark alone does not complete it (min_bytes of records do), so each record
+    committed would cost every parked follower a read of its whole session for nothing."""
     waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
     for partition in partitions:
-        partition.add_waiter(waiter)
+        partition.add_waiter(waiter, data_only=data_only)
     try:
         await wait_at_most(waiter, seconds)
     finally:

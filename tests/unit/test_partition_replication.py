@@ -436,3 +436,49 @@ async def test_wait_for_commit_times_out(partition, helpers) -> None:
     with pytest.raises(CommitTimeoutError):
         await asyncio.wait_for(p.wait_for_commit(end, 0.05), 1.0)
     assert not p._waiters, "a timed-out wait leaves no waiter behind"
+
+
+# -- who is woken by what ------------------------------------------------------------
+
+
+def _waiters(p: Partition) -> tuple[asyncio.Future[None], asyncio.Future[None]]:
+    """A consumer's fetch (woken by every change) and a replica's (by records and roles)."""
+    loop = asyncio.get_running_loop()
+    reader, replica = loop.create_future(), loop.create_future()
+    p.add_waiter(reader)
+    p.add_waiter(replica, data_only=True)
+    return reader, replica
+
+
+async def test_a_new_high_watermark_wakes_readers_but_not_replicas(partition, helpers) -> None:
+    # A replica reads to the log end: the watermark alone gives its fetch nothing to
+    # answer with (Kafka's DelayedFetch completes it on min_bytes of records).
+    p = partition()
+    _lead(p, isr=(ME, F2))
+    end = _produce(p, helpers, 2)
+    reader, replica = _waiters(p)
+    p.record_follower_fetch(F2, end)
+    assert p.high_watermark == end
+    assert reader.done() and not replica.done()
+    p.remove_waiter(replica)
+    assert not p._waiters and not p._data_waiters
+
+
+async def test_a_followers_new_log_start_wakes_readers_but_not_replicas(partition) -> None:
+    p = partition()
+    _lead(p)
+    reader, replica = _waiters(p)
+    p.record_follower_fetch(F2, 0, log_start_offset=0)  # a DeleteRecords waits on this
+    assert reader.done() and not replica.done()
+
+
+async def test_records_and_role_changes_wake_everyone(partition, helpers) -> None:
+    p = partition()
+    _lead(p, isr=(ME, F2))
+    reader, replica = _waiters(p)
+    _produce(p, helpers, 1)
+    assert reader.done() and replica.done()
+    reader, replica = _waiters(p)
+    p.update_state(REPLICAS, _state(F2, 2, (F2,)), 11)
+    assert reader.done() and replica.done()
+    assert not p._waiters and not p._data_waiters
