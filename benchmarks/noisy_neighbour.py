@@ -25,7 +25,9 @@ one record at a time)
 are reported as p50 and p99, leaving out each phase's first second; the
 medians over the runs are printed with the spread of the victim's p99 alone
 (min to max over the runs), the p99 beside the aggressor and after it as
-ratios to the p99 alone, the machine's load average in each phase, and the
+ratios to the p99 alone, the machine's load average in each phase, the
+cores the servers used in it (the brokers, the gateway and etcd, from /proc:
+what each flood costs the cluster, where the load also counts the clients), and the
 limits from ``../shared/tools/limits`` measured in the same invocation. The
 goal (issue 26): beside the throttled aggressor and after it, the victim's
 p99 within 1.5 times its p99 alone. The JSON lands in ``benchmarks/results/``.
@@ -55,6 +57,7 @@ from typing import Any
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from shoal.benchmarks.common import (
+    CpuMeter,
     GatewayProcess,
     LocalCluster,
     create_tenant,
@@ -189,6 +192,9 @@ class Phase:
     e2e_p99_ms: float
     samples: int
     load_average: float
+    server_cores: float
+    """Cores the brokers, the gateway and etcd used over the phase."""
+    gateway_cores: float
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -202,7 +208,10 @@ def one_run(
     args: argparse.Namespace,
     root: Path,
     index: int,
+    servers: dict[str, int],
 ) -> list[Phase]:
+    """One run of the five phases; ``servers`` names the cluster's processes (their pids),
+    whose CPU each phase reports."""
     context = multiprocessing.get_context("spawn")
     acks_path, e2e_path = root / f"victim-acks-{index}.txt", root / f"victim-e2e-{index}.txt"
     stop_victim = context.Event()
@@ -235,12 +244,15 @@ def one_run(
         process.start()
     time.sleep(3)  # connected, the consumer's group joined
     bounds: list[tuple[str, float, float, float]] = []
+    cores: list[dict[str, float]] = []
     for name in PHASES:
         flood = floods.get(name)
         if flood is not None:
             flood[0].set()
         start = time.time()
+        meter = CpuMeter(servers)
         time.sleep(args.phase_seconds)
+        cores.append(meter.lap())
         bounds.append((name, start + SETTLE_S, time.time(), os.getloadavg()[0]))
         if flood is not None:
             flood[1].set()
@@ -255,7 +267,7 @@ def one_run(
     ack_rows = _samples(acks_path)
     e2e_rows = _samples(e2e_path)
     phases = []
-    for name, start, end, load in bounds:
+    for (name, start, end, load), used in zip(bounds, cores, strict=True):
         acks = [ms for sent, ms in ack_rows if start <= sent < end]
         e2e = [ms for sent, ms in e2e_rows if start <= sent < end]
         phases.append(
@@ -267,6 +279,8 @@ def one_run(
                 percentile(e2e, 0.99),
                 len(acks),
                 load,
+                sum(used.values()),
+                used["gateway"],
             )
         )
     return phases
@@ -316,11 +330,14 @@ def main() -> None:
             for future in admin.create_topics(topics).values():
                 future.result(30)
             with GatewayProcess(root, cluster.etcd_url, cluster.bootstrap, args.brokers) as gw:
+                assert cluster.etcd is not None
+                servers = {f"broker-{i}": cluster.pid(i) for i in range(args.brokers)}
+                servers |= {"etcd": cluster.etcd.pid, "gateway": gw.pid}
                 time.sleep(2)  # the gateway's tenancy poll sees the quotas
                 for run in range(args.runs):
                     if run:
                         time.sleep(BETWEEN_RUNS_S)
-                    runs.append(one_run(gw.bootstrap, keys, args, root, run))
+                    runs.append(one_run(gw.bootstrap, keys, args, root, run, servers))
                     print(f"run {run}: {[vars(p) for p in runs[-1]]}", flush=True)
     except BaseException:
         keep = True
@@ -345,13 +362,17 @@ def report(runs: list[list[Phase]], limits: dict[str, float], settings: dict[str
                 "e2e_p50_ms",
                 "e2e_p99_ms",
                 "load_average",
+                "server_cores",
+                "gateway_cores",
             )
         }
     alone = [run[0].e2e_p99_ms for run in runs]
     base = medians["alone"]["e2e_p99_ms"]
     print("\nvictim, medians over", len(runs), "runs (ms):")
-    header = ("phase", "produce p50", "p99", "e2e p50", "p99", "p99/alone", "load")
-    widths = (20, 12, 8, 9, 8, 10, 6)
+    header = (
+        "phase", "produce p50", "p99", "e2e p50", "p99", "p99/alone", "load", "servers", "gateway"
+    )  # fmt: skip
+    widths = (20, 12, 8, 9, 8, 10, 6, 8, 8)
     print(
         " ".join(
             f"{h:{'<' if i == 0 else '>'}{w}}"
@@ -362,7 +383,7 @@ def report(runs: list[list[Phase]], limits: dict[str, float], settings: dict[str
         print(
             f"{name:20} {m['produce_p50_ms']:12.1f} {m['produce_p99_ms']:8.1f}"
             f" {m['e2e_p50_ms']:9.1f} {m['e2e_p99_ms']:8.1f} {m['e2e_p99_ms'] / base:10.2f}"
-            f" {m['load_average']:6.2f}"
+            f" {m['load_average']:6.2f} {m['server_cores']:8.2f} {m['gateway_cores']:8.2f}"
         )
     print(f"victim e2e p99 alone over the runs: {min(alone):.1f} to {max(alone):.1f} ms")
     if limits:
