@@ -16,7 +16,13 @@ Layout, as Kafka's ``log.dirs``::
 
 The chores run on the event loop at Kafka's intervals: retention
 (``log.retention.check.interval.ms``), flushing (rolled segments, and the
-``flush.ms`` / ``flush.messages`` topic settings), and checkpoints. The log
+``flush.ms`` / ``flush.messages`` topic settings), and checkpoints. Their
+fsyncs run in threads: segments in the flush's, the three offset checkpoints
+in one thread of their own, which writes them in the order they were asked
+for. An fsync waits for the file system's journal, which under another
+tenant's writes took half a second, and on the event loop that half second
+stopped every client of the broker (all three brokers of a benchmark at
+once, since their 5 s high watermark checkpoints start together). The log
 cleaner (:class:`~shoal.broker.log.cleaner.manager.LogCleaner`) compacts the
 logs whose cleanup.policy says compact, with its own workers.
 """
@@ -29,7 +35,8 @@ import logging
 import os
 import shutil
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
@@ -110,6 +117,9 @@ class LogManager:
         self._topic_ids: dict[str, uuid.UUID] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._doomed: dict[int, tuple[asyncio.TimerHandle, Log, list[LogSegment]]] = {}
+        self._checkpoint_writer = ThreadPoolExecutor(1, thread_name_prefix="log-checkpoints")
+        """One thread, so a checkpoint file is never written twice at once and the last
+        one asked for is the last one written."""
         self.clean_shutdown = (data_dir / CLEAN_SHUTDOWN_FILE).exists()
         self.offline = asyncio.Event()
         """Set by the first failed write in the data directory (KIP-112's offline log
@@ -236,9 +246,9 @@ class LogManager:
             asyncio.create_task(self._every(s.retention_check_interval_ms, self.apply_retention)),
             asyncio.create_task(self._every(s.flush_check_interval_ms, self.flush_due)),
             asyncio.create_task(
-                self._every(s.recovery_checkpoint_interval_ms, self.checkpoint_recovery)
+                self._every(s.recovery_checkpoint_interval_ms, self.checkpoint_recovery_later)
             ),
-            asyncio.create_task(self._every(s.hw_checkpoint_interval_ms, self.checkpoint_hw)),
+            asyncio.create_task(self._every(s.hw_checkpoint_interval_ms, self.checkpoint_hw_later)),
             asyncio.create_task(
                 self._every(s.producer_id_expiration_check_interval_ms, self.expire_producers)
             ),
@@ -342,24 +352,52 @@ class LogManager:
         expiration = self.settings.producer_id_expiration_ms
         return sum(log_.producer_state.expire(now, expiration) for log_ in self.logs.values())
 
+    # -- checkpoints -------------------------------------------------------------
+    #
+    # Each takes its offsets on the event loop and writes them in the checkpoint
+    # thread. The plain methods return once the file is on disk (shutdown, and a
+    # moved log start, which must be durable before its segments go); the
+    # periodic chores await the thread instead of blocking the loop.
+
     def checkpoint_recovery(self) -> None:
-        write_offsets(
-            self.data_dir / RECOVERY_CHECKPOINT,
-            {tp: log_.recovery_point for tp, log_ in self.logs.items()},
+        self._write_recovery().result()
+
+    async def checkpoint_recovery_later(self) -> None:
+        await asyncio.wrap_future(self._write_recovery())
+
+    def _write_recovery(self) -> Future[None]:
+        return self._write(
+            (RECOVERY_CHECKPOINT, {tp: log_.recovery_point for tp, log_ in self.logs.items()}),
+            (LOG_START_CHECKPOINT, {tp: log_.log_start_offset for tp, log_ in self.logs.items()}),
         )
-        self.checkpoint_log_start()
 
     def checkpoint_log_start(self) -> None:
-        write_offsets(
-            self.data_dir / LOG_START_CHECKPOINT,
-            {tp: log_.log_start_offset for tp, log_ in self.logs.items()},
+        self._write_log_start().result()
+
+    def _write_log_start(self) -> Future[None]:
+        return self._write(
+            (LOG_START_CHECKPOINT, {tp: log_.log_start_offset for tp, log_ in self.logs.items()})
         )
 
     def checkpoint_hw(self) -> None:
-        write_offsets(
-            self.data_dir / HW_CHECKPOINT,
-            {tp: log_.high_watermark for tp, log_ in self.logs.items()},
+        self._write_hw().result()
+
+    async def checkpoint_hw_later(self) -> None:
+        await asyncio.wrap_future(self._write_hw())
+
+    def _write_hw(self) -> Future[None]:
+        return self._write(
+            (HW_CHECKPOINT, {tp: log_.high_watermark for tp, log_ in self.logs.items()})
         )
+
+    def _write(self, *files: tuple[str, Mapping[TopicPartition, int]]) -> Future[None]:
+        """Write each (file name, offsets) in the checkpoint thread, in order."""
+
+        def write() -> None:
+            for name, offsets in files:
+                write_offsets(self.data_dir / name, offsets)
+
+        return self._checkpoint_writer.submit(write)
 
     async def close(self) -> None:
         """Clean shutdown: fsync everything, checkpoint, mark clean, unlock.
@@ -377,12 +415,14 @@ class LogManager:
             for log_ in self.logs.values():
                 with contextlib.suppress(OSError):
                     log_.close()
+            self._checkpoint_writer.shutdown()
             self._lock.release()
             return
         for log_ in self.logs.values():
             await log_.flush()
-        self.checkpoint_recovery()
+        self.checkpoint_recovery()  # after any periodic one still in the thread
         self.checkpoint_hw()
+        self._checkpoint_writer.shutdown()
         for log_ in self.logs.values():
             log_.close()
         for token in list(self._doomed):

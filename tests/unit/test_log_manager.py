@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from shoal.broker.log import log as log_module
+from shoal.broker.log import manager as manager_module
 from shoal.broker.log.checkpoint import read_offsets, write_offsets
 from shoal.broker.log.config import LogConfig
 from shoal.broker.log.log import KafkaStorageError
@@ -410,20 +411,50 @@ async def test_started_chores_run_on_their_intervals_and_survive_failures(
     log.append_as_leader(helpers.make_batch(2), 0)
     log.high_watermark = 4
     calls = 0
-    real = manager.checkpoint_hw
+    real = manager.checkpoint_hw_later
 
-    def flaky() -> None:
+    async def flaky() -> None:
         nonlocal calls
         calls += 1
         if calls == 1:
             raise RuntimeError("a bug in one round")
-        real()
+        await real()
 
-    monkeypatch.setattr(manager, "checkpoint_hw", flaky)
+    monkeypatch.setattr(manager, "checkpoint_hw_later", flaky)
     manager.start()
     await _wait_until(lambda: log.log_start_offset == 2 and log.recovery_point == 2 and calls >= 2)
     await managers.close(manager)
     assert all(task.done() for task in manager._tasks)
+
+
+async def test_a_slow_checkpoint_fsync_does_not_stop_the_event_loop(
+    managers, data_dir, monkeypatch
+) -> None:
+    # An fsync waits for the file system's journal: under another tenant's writes it
+    # took half a second, which on the event loop stopped every client of the broker.
+    manager = managers.open(hw_checkpoint_interval_ms=10, recovery_checkpoint_interval_ms=10)
+    log = manager.get_or_create("orders", 0, TOPIC_ID, _config())
+    log.high_watermark = 0
+    writing, release = threading.Event(), threading.Event()
+    outcomes: list[tuple[str, bool]] = []
+
+    def slow(path: Path, offsets) -> None:  # type: ignore[no-untyped-def]
+        writing.set()
+        released = release.wait(2)
+        outcomes.append((path.name, released))
+        write_offsets(path, offsets)
+
+    monkeypatch.setattr(manager_module, "write_offsets", slow)
+    manager.start()
+    await _wait_until(writing.is_set)
+    for _ in range(5):
+        await asyncio.sleep(0.01)
+    assert not outcomes, "the loop ran only once the write was over"
+    release.set()
+    await _wait_until(lambda: {HW_CHECKPOINT, RECOVERY_CHECKPOINT} <= {n for n, _ in outcomes})
+    await managers.close(manager)
+    assert all(released for _, released in outcomes)
+    assert read_offsets(data_dir / HW_CHECKPOINT) == {("orders", 0): 0}
 
 
 async def test_a_failed_write_takes_the_directory_offline_and_it_shuts_down_unclean(
@@ -454,10 +485,11 @@ async def test_a_failed_write_takes_the_directory_offline_and_it_shuts_down_uncl
 async def test_a_chore_whose_write_fails_takes_the_directory_offline(managers, monkeypatch) -> None:
     manager = managers.open(hw_checkpoint_interval_ms=10)
 
-    def full() -> None:
+    def full(*_: object) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(manager, "checkpoint_hw", full)
+    # The write fails in the checkpoint thread; the chore on the loop hears of it.
+    monkeypatch.setattr(manager_module, "write_offsets", full)
     manager.start()
     await asyncio.wait_for(manager.offline.wait(), 5)
     await managers.close(manager)
