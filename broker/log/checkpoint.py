@@ -31,16 +31,43 @@ def write_atomically(path: Path, text: str) -> None:
     write_atomically_bytes(path, text.encode())
 
 
-def write_atomically_bytes(path: Path, data: bytes) -> None:
+def write_atomically_bytes(path: Path, data: bytes, *, sync: bool = True) -> None:
+    """Replace ``path`` with ``data`` whole: a reader sees the old file or the new one.
+
+    Without ``sync`` nothing is fsynced: after a crash the file may be missing,
+    empty or torn, so only for files whose reader checks them (a CRC) and has
+    another way (a producer state snapshot: an older one and the log); the
+    caller fsyncs it later with :func:`fsync_files`.
+    """
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         os.write(fd, data)
-        os.fsync(fd)
+        if sync:
+            os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    fsync_dir(path.parent)
+    if sync:
+        fsync_dir(path.parent)
+
+
+def fsync_files(paths: list[Path]) -> None:
+    """fsync each file still there, then their directories (a file since removed or
+    replaced needs nothing more)."""
+    directories = set()
+    for path in paths:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            continue
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        directories.add(path.parent)
+    for directory in directories:
+        fsync_dir(directory)
 
 
 def fsync_dir(directory: Path) -> None:

@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from crc32c import crc32c
+from shoal.broker.log.checkpoint import fsync_files
 from shoal.broker.log.config import LogConfig
 from shoal.broker.log.epochs import LeaderEpochCache
 from shoal.broker.log.markers import build_marker, read_marker
@@ -564,7 +565,10 @@ class Log:
         if self.active.size == 0 and self.active.base_offset == base:
             return self.active
         self.active.on_roll()
-        self.producer_state.write_snapshot(base)
+        # Not fsynced here, on the event loop: an fsync waits for the file system's
+        # journal, which beside heavy writes takes hundreds of milliseconds. The flush
+        # of the rolled segment (flush_target) fsyncs it.
+        self.producer_state.write_snapshot(base, sync=False)
         segment = LogSegment(self.directory, base, self.config, self.clock())
         self.segments.append(segment)
         self._bases.append(base)
@@ -893,7 +897,8 @@ class Log:
             last = self._segment_index(max(target - 1, 0))
             segments = self.segments[first : last + 1]
             pending = self.unflushed_messages
-            await asyncio.to_thread(_flush_all, segments)
+            snapshots = self.producer_state.unsynced_snapshots(target)
+            await asyncio.to_thread(_flush_all, segments, snapshots)
             self.recovery_point = max(self.recovery_point, target)
             if target >= self.log_end_offset:
                 self.unflushed_messages = max(0, self.unflushed_messages - pending)
@@ -912,6 +917,7 @@ class Log:
             segment.close()
 
 
-def _flush_all(segments: list[LogSegment]) -> None:
+def _flush_all(segments: list[LogSegment], snapshots: list[Path]) -> None:
     for segment in segments:
         segment.flush()
+    fsync_files(snapshots)

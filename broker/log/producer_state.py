@@ -163,6 +163,8 @@ class ProducerStateManager:
         """First offset -> producer id of every open transaction."""
         self.unreplicated: dict[int, CompletedTxn] = {}
         """First offset -> closed transactions whose marker is not yet below the high watermark."""
+        self._unsynced: set[int] = set()
+        """Offsets of snapshots written without fsync, until a flush takes them."""
 
     def check(self, header: BatchHeader) -> BatchMetadata | None:
         """Validate a data batch with a producer id before it is appended.
@@ -326,7 +328,12 @@ class ProducerStateManager:
 
     # -- snapshots ---------------------------------------------------------------
 
-    def write_snapshot(self, offset: int) -> None:
+    def write_snapshot(self, offset: int, *, sync: bool = True) -> None:
+        """Snapshot the producers at ``offset``. Without ``sync`` (a segment roll, on the
+        event loop) the file is not fsynced; :meth:`unsynced_snapshots` hands it to the
+        next flush, which fsyncs it in a thread, as Kafka flushes a roll's snapshot
+        asynchronously. Until then a crash may leave it torn: :meth:`load` skips it by
+        its CRC and replays the log from an older one."""
         # As Kafka, entries without batches too (a producer only a marker has
         # touched, an internal transaction): their epochs and open transactions count.
         entries = list(self.producers.values())
@@ -349,9 +356,20 @@ class ProducerStateManager:
                 entry.current_txn_first_offset,
             )
         data = _HEAD.pack(SNAPSHOT_VERSION, crc32c(bytes(body))) + bytes(body)
-        write_atomically_bytes(snapshot_path(self.directory, offset), data)
+        write_atomically_bytes(snapshot_path(self.directory, offset), data, sync=sync)
+        if sync:
+            self._unsynced.discard(offset)
+        else:
+            self._unsynced.add(offset)
         for old in snapshot_offsets(self.directory)[:-SNAPSHOTS_KEPT]:
             snapshot_path(self.directory, old).unlink(missing_ok=True)
+
+    def unsynced_snapshots(self, up_to: int) -> list[Path]:
+        """The snapshots written without fsync at offsets up to ``up_to``, forgotten here:
+        the caller fsyncs them (:func:`~shoal.broker.log.checkpoint.fsync_files`)."""
+        due = sorted(o for o in self._unsynced if o <= up_to)
+        self._unsynced.difference_update(due)
+        return [snapshot_path(self.directory, o) for o in due]
 
     def load(self, log_end_offset: int, at_most: int | None = None) -> int:
         """Load the newest usable snapshot at or below the log end (and ``at_most``);

@@ -321,10 +321,10 @@ async def test_segments_doomed_during_a_flush_are_destroyed_after_it(
     flush_all = log_module._flush_all
     started, release = threading.Event(), threading.Event()
 
-    def held_flush(segments: list) -> None:
+    def held_flush(segments: list, snapshots: list) -> None:
         started.set()
         release.wait(10)
-        flush_all(segments)
+        flush_all(segments, snapshots)
 
     monkeypatch.setattr(log_module, "_flush_all", held_flush)
     flushing = asyncio.create_task(log.flush())

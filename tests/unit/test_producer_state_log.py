@@ -8,6 +8,9 @@ newest snapshot plus the batches replayed after it.
 
 from __future__ import annotations
 
+import os
+import threading
+
 import pytest
 from shoal.broker.log.log import AppendInfo, InvalidRecordError, Log
 from shoal.broker.log.producer_state import (
@@ -244,6 +247,47 @@ def test_snapshot_is_written_at_each_roll(open_log, helpers) -> None:
         "00000000000000000004.snapshot",
         "00000000000000000006.snapshot",
     ]
+
+
+async def test_a_rolls_snapshot_is_fsynced_by_the_flush_not_by_the_roll(
+    open_log, helpers, monkeypatch
+) -> None:
+    # The roll runs on the event loop, where an fsync would wait for the file
+    # system's journal; the flush of the rolled segment, in a thread, syncs it.
+    synced: list[tuple[str, bool]] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        name = os.readlink(f"/proc/self/fd/{fd}").rsplit("/", 1)[-1]
+        synced.append((name, threading.current_thread() is threading.main_thread()))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    log = open_log()
+    log.append_as_leader(idem(helpers, 0, 2), 0)
+    log.roll()
+    snapshot = "00000000000000000002.snapshot"
+    assert snapshot_names(log) == [snapshot]
+    assert not [name for name, _ in synced if name.endswith(".snapshot")]
+    assert log.flush_target() == 2
+    await log.flush(2)
+    assert (snapshot, False) in synced, synced
+    synced.clear()
+    await log.flush()
+    assert not [name for name, _ in synced if name.endswith(".snapshot")], "synced once"
+
+
+def test_after_a_crash_an_empty_unsynced_snapshot_gives_way_to_the_older_one(
+    open_log, helpers
+) -> None:
+    # A snapshot renamed into place but never fsynced may be empty after a crash.
+    log, _, after = _rolled_log_with_two_producers(open_log, helpers)
+    helpers.crash(log)
+    (log.directory / "00000000000000000012.snapshot").write_bytes(b"")
+    log = open_log(clean_shutdown=False, recovery_point=12)
+    assert snapshot_names(log) == ["00000000000000000006.snapshot"]
+    for raw in after:
+        assert log.append_as_leader(raw, 0).duplicate
 
 
 def test_snapshot_at_a_roll_holds_the_state_before_the_new_segment(
