@@ -63,6 +63,7 @@ from shoal.broker.txn.verification import TransactionVerifier
 from shoal.descriptor_table import reserve_descriptor_table
 from shoal.host_port import split_host_port
 from shoal.metrics import serve_metrics
+from shoal.startup_heap import freeze_startup_heap
 from shoal.wire import load_schemas
 
 log = logging.getLogger(__name__)
@@ -106,6 +107,7 @@ class Broker:
     async def run(self, stop: asyncio.Event) -> None:
         load_schemas(API_VERSIONS)  # before anything serves: see load_schemas
         reserve_descriptor_table()  # nor grow it while accepting: see the module
+        freeze_startup_heap()  # nor walk the schemas in every full collection: the same
         logs = _log_manager(self.config)
         offline = asyncio.create_task(self._stop_when_offline(logs, stop), name="log-dir-watch")
         try:

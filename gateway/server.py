@@ -47,6 +47,7 @@ from shoal.tenancy.store import TenancySnapshot, TenancyStore, TenancyStoreError
 
 from shoal.descriptor_table import reserve_descriptor_table
 from shoal.host_port import split_host_port
+from shoal.startup_heap import freeze_startup_heap
 from shoal.wire import ErrorCode, load_schemas
 
 log = logging.getLogger(__name__)
@@ -244,6 +245,7 @@ class Gateway:
         config = self.config
         load_schemas(DECODED_VERSIONS)  # before anything serves: see load_schemas
         reserve_descriptor_table()  # nor grow it while accepting: see the module
+        freeze_startup_heap()  # nor walk the schemas in every full collection: the same
         async with TenancyStore(config.etcd) as store, SigningKeyStore(config.etcd) as key_store:
             tenancy = TenancyView(store, config.tenancy_poll_interval_ms / 1000)
             traffic, shares = TrafficLedger(), QuotaShares(config.gateway_id)
