@@ -58,20 +58,20 @@ def fsync_files(paths: list[Path]) -> None:
     directories = set()
     for path in paths:
         try:
-            fd = os.open(path, os.O_RDONLY)
+            _fsync_path(path)
         except FileNotFoundError:
             continue
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
         directories.add(path.parent)
     for directory in directories:
         fsync_dir(directory)
 
 
 def fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
+    _fsync_path(directory)
+
+
+def _fsync_path(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
