@@ -246,7 +246,9 @@ class Broker:
         loop = asyncio.get_running_loop()
 
         def connection() -> KafkaConnection:
-            conn = KafkaConnection(dispatcher, config.socket_request_max_bytes)
+            conn = KafkaConnection(
+                dispatcher, config.socket_request_max_bytes, dispatcher.may_overtake
+            )
             self._connections.add(conn)
             conn.on_close = self._connections.discard
             return conn

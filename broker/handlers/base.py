@@ -4,8 +4,9 @@ A handler is ``async def handle(services, ctx, request) -> response``: the
 request is kio's dataclass for the negotiated version, the response is built
 with ``ctx.api.make(...)`` so that one handler serves every version (see
 :mod:`shoal.wire.codec`). A handler returns None when no response is owed
-(acks=0), a :class:`Spliced` response whose records stay in files, or an
-:class:`Encoded` body it encoded (and cached) itself.
+(acks=0), a :class:`Spliced` response whose records stay in files, an
+:class:`Encoded` body it encoded (and cached) itself, or a :class:`Later` when
+all that is left is a wait.
 """
 
 from __future__ import annotations
@@ -57,6 +58,16 @@ class Spliced:
 
     body: Any
     splicer: RecordsSplicer
+
+
+@dataclass(frozen=True, slots=True)
+class Later:
+    """An answer still to come: the request's work in order is done, only a wait is left
+    (acks=all's, for the followers). ``answer`` awaits it and gives the response; the
+    connection may handle the next produce meanwhile (see
+    :mod:`shoal.broker.server.connection`)."""
+
+    answer: Awaitable[Any]
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,9 @@ waits until the high watermark passes the batch (a retry too: its first
 attempt may not be committed yet), and fails with
 NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR shrank below
 ``min.insync.replicas`` meanwhile, NOT_LEADER_OR_FOLLOWER if leadership moved,
-or REQUEST_TIMED_OUT after the request's timeout. Errors are per partition. With
+or REQUEST_TIMED_OUT after the request's timeout. That wait is a :class:`Later`
+answer: the connection handles the producer's next produce meanwhile (appends
+stay in request order, answers too). Errors are per partition. With
 acks=0 the client reads no response, so an error closes the connection
 instead, which is how Kafka tells such a client that something went wrong.
 
@@ -35,8 +37,8 @@ A topic whose compression.type names another codec than the batch's gets the
 batch rebuilt in that codec (the log's rule, as Kafka's LogValidator). The
 rebuild runs in a worker thread before the append: a codec takes
 milliseconds per batch, which on the event loop would stall every
-connection of the broker. The connection handles its requests one at a
-time, so the wait reorders nothing of one producer's.
+connection of the broker. The connection handles no other request until the
+appends are done, so the wait reorders nothing of one producer's.
 """
 
 from __future__ import annotations
@@ -47,7 +49,14 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Final
 
-from shoal.broker.handlers.base import NO_THROTTLE, BrokerServices, E, RequestContext, error
+from shoal.broker.handlers.base import (
+    NO_THROTTLE,
+    BrokerServices,
+    E,
+    Later,
+    RequestContext,
+    error,
+)
 from shoal.broker.log.log import (
     CorruptRecordError,
     InvalidRecordError,
@@ -335,10 +344,22 @@ async def handle_produce(services: BrokerServices, ctx: RequestContext, request:
         if partition.log.unflushed_messages >= partition.log.config.flush_messages:
             await partition.log.flush()
     if acks == -1 and appended:
-        timeout_s = request.timeout.total_seconds()
-        committed = await asyncio.gather(*(_committed(o, timeout_s) for o in appended))
-        replaced = dict(zip(map(id, appended), committed, strict=True))
-        outcomes = [[(i, replaced.get(id(o), o)) for i, o in parts] for parts in outcomes]
+        return Later(_answer_when_committed(api, request, outcomes, appended))
+    return _response(api, request, outcomes)
+
+
+async def _answer_when_committed(
+    api: Any, request: Any, outcomes: list[list[tuple[int, _Outcome]]], appended: list[_Outcome]
+) -> Any:
+    """acks=all: the response once every appended batch is committed or has failed."""
+    timeout_s = request.timeout.total_seconds()
+    committed = await asyncio.gather(*(_committed(o, timeout_s) for o in appended))
+    replaced = dict(zip(map(id, appended), committed, strict=True))
+    outcomes = [[(i, replaced.get(id(o), o)) for i, o in parts] for parts in outcomes]
+    return _response(api, request, outcomes)
+
+
+def _response(api: Any, request: Any, outcomes: list[list[tuple[int, _Outcome]]]) -> Any:
     failed = False
     topics = []
     for topic, parts in zip(request.topic_data, outcomes, strict=True):
@@ -368,7 +389,7 @@ async def handle_produce(services: BrokerServices, ctx: RequestContext, request:
         topics.append(
             api.make("TopicProduceResponse", name=topic.name, partition_responses=tuple(results))
         )
-    if acks == 0:
+    if request.acks == 0:
         if failed:
             raise CloseConnectionError("acks=0 produce failed; closing so the client notices")
         return None

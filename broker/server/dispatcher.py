@@ -8,9 +8,11 @@ API key, unsupported version, malformed bytes) closes the connection.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import struct
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from typing import Any, Final
 
 from shoal.broker.handlers.api_versions import api_versions_response
@@ -18,11 +20,12 @@ from shoal.broker.handlers.base import (
     BrokerServices,
     E,
     Handler,
+    Later,
     RequestContext,
     Spliced,
 )
 from shoal.broker.metrics import RequestMetrics
-from shoal.broker.server.connection import CloseConnectionError, ConnectionInfo
+from shoal.broker.server.connection import CloseConnectionError, ConnectionInfo, Deferred, Frame
 from shoal.broker.server.tracing import BrokerTracing
 
 from shoal.wire import (
@@ -39,6 +42,7 @@ from shoal.wire.codec import API_VERSIONS_KEY
 log = logging.getLogger(__name__)
 
 _SLOW_REQUEST_S: Final = 1.0
+_PRODUCE_KEY: Final = struct.pack(">h", 0)
 
 
 class Dispatcher:
@@ -56,9 +60,7 @@ class Dispatcher:
         self.metrics = metrics or RequestMetrics()
         self.tracing = tracing
 
-    async def __call__(
-        self, frame: bytes | bytearray | memoryview, info: ConnectionInfo
-    ) -> list[Chunk] | None:
+    async def __call__(self, frame: Frame, info: ConnectionInfo) -> list[Chunk] | Deferred | None:
         try:
             header, api, body = decode_request(frame, self.versions, trace_context=True)
         except UnsupportedVersionError as exc:
@@ -73,8 +75,27 @@ class Dispatcher:
         if self.tracing is not None:
             handling = self.tracing.traced(header, api, handling)
         result = await handling
+        if isinstance(result, Later):
+            return asyncio.ensure_future(self._answer_later(ctx, started, result.answer))
+        return self._answer(ctx, started, result)
+
+    @staticmethod
+    def may_overtake(frame: Frame) -> bool:
+        """Whether a request may be handled while earlier ones' answers are deferred: a
+        produce, whose appends stay in order (the only deferred answers are produces')."""
+        return bytes(frame[:2]) == _PRODUCE_KEY
+
+    async def _answer_later(
+        self, ctx: RequestContext, started: float, answer: Awaitable[Any]
+    ) -> list[Chunk] | None:
+        return self._answer(ctx, started, await answer)
+
+    def _answer(self, ctx: RequestContext, started: float, result: Any) -> list[Chunk] | None:
+        header = ctx.header
         elapsed = time.monotonic() - started
-        self.metrics.observe(api, elapsed, result.body if isinstance(result, Spliced) else result)
+        self.metrics.observe(
+            ctx.api, elapsed, result.body if isinstance(result, Spliced) else result
+        )
         if elapsed > _SLOW_REQUEST_S and header.api_key != 1:
             log.info(
                 "event=slow_request api_key=%d version=%d client_id=%s seconds=%.3f",

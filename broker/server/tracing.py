@@ -7,7 +7,8 @@ gateway's ``traceparent`` off the end of ``client_id`` into the header
 request without one (an internal client, a gateway that does not trace, an
 unsampled request) starts a root span, which the broker's own sampler decides
 on. The span is current while the handler runs, so anything it traces nests
-under it. Names and attributes are :mod:`shoal.tracing`'s.
+under it, and ends with the answer (a :class:`Later` one's, when it comes).
+Names and attributes are :mod:`shoal.tracing`'s.
 """
 
 from __future__ import annotations
@@ -17,9 +18,9 @@ from typing import Any, Final
 
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.trace import SpanKind
+from opentelemetry.trace import Span, SpanKind, use_span
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-from shoal.broker.handlers.base import Spliced
+from shoal.broker.handlers.base import Later, Spliced
 
 from shoal.tracing import record_response, request_attributes
 from shoal.wire import ApiSchema, RequestHeader
@@ -41,9 +42,33 @@ class BrokerTracing:
         attributes = request_attributes(
             api.name, header.api_key, header.api_version, header.correlation_id, header.client_id
         )
-        with self._tracer.start_as_current_span(
+        span = self._tracer.start_span(
             api.name, context=parent, kind=SpanKind.SERVER, attributes=attributes
-        ) as span:
-            result = await handling
-            record_response(span, result.body if isinstance(result, Spliced) else result)
-            return result
+        )
+        result = await _awaited_in(span, handling)
+        if isinstance(result, Later):
+            return Later(_ended_with(span, result.answer))
+        _end(span, result)
+        return result
+
+
+async def _awaited_in(span: Span, awaitable: Awaitable[Any]) -> Any:
+    """``awaitable``'s result, awaited with ``span`` current; the span ends if it raises
+    (after ``use_span`` has recorded the exception on it)."""
+    try:
+        with use_span(span, end_on_exit=False):
+            return await awaitable
+    except BaseException:
+        span.end()
+        raise
+
+
+async def _ended_with(span: Span, answer: Awaitable[Any]) -> Any:
+    result = await _awaited_in(span, answer)
+    _end(span, result)
+    return result
+
+
+def _end(span: Span, result: Any) -> None:
+    record_response(span, result.body if isinstance(result, Spliced) else result)
+    span.end()

@@ -1,4 +1,5 @@
-"""The connection layer on a real loopback socket: ordering, file regions, closing."""
+"""The connection layer on a real loopback socket: ordering, deferred answers, file regions,
+closing."""
 
 from __future__ import annotations
 
@@ -7,12 +8,15 @@ import os
 import struct
 import tempfile
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import pytest
 from shoal.broker.server.connection import (
+    MAX_DEFERRED_ANSWERS,
     SENDFILE_MIN_BYTES,
     CloseConnectionError,
     ConnectionInfo,
+    Deferred,
     KafkaConnection,
 )
 
@@ -170,4 +174,145 @@ async def test_many_pipelined_requests_are_all_answered() -> None:
     for i in range(count):
         assert await read_frame(reader) == struct.pack(">i", i) * 50
     writer.close()
+    server.close()
+
+
+async def serve_deferring(
+    dispatch: Callable[[bytes | bytearray, ConnectionInfo], Awaitable[Any]],
+) -> tuple[asyncio.Server, int]:
+    """A server whose requests starting with ``p`` (a produce) may overtake deferred answers."""
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(
+        lambda: KafkaConnection(dispatch, 1 << 20, lambda f: bytes(f[:1]) == b"p"),
+        "127.0.0.1",
+        0,
+    )
+    return server, server.sockets[0].getsockname()[1]
+
+
+async def test_produces_are_handled_while_earlier_answers_wait_and_answered_in_order() -> None:
+    loop = asyncio.get_running_loop()
+    commits: dict[bytes, asyncio.Future[None]] = {}
+    all_handled = asyncio.Event()
+
+    async def dispatch(data: bytes | bytearray, info: ConnectionInfo) -> Deferred:
+        name = bytes(data)
+        commit = commits[name] = loop.create_future()
+        if len(commits) == 3:
+            all_handled.set()
+
+        async def answer() -> list[Chunk]:
+            await commit
+            return [frame(b"re:" + name)]
+
+        return asyncio.ensure_future(answer())
+
+    server, port = await serve_deferring(dispatch)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(frame(b"p1") + frame(b"p2") + frame(b"p3"))
+    async with asyncio.timeout(5):
+        await all_handled.wait()
+    # The last commits first; nothing may go out before p1's answer.
+    commits[b"p3"].set_result(None)
+    commits[b"p2"].set_result(None)
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.1):
+            await read_frame(reader)
+    commits[b"p1"].set_result(None)
+    assert [await read_frame(reader) for _ in range(3)] == [b"re:p1", b"re:p2", b"re:p3"]
+    writer.close()
+    server.close()
+
+
+async def test_other_requests_wait_until_earlier_deferred_answers_are_sent() -> None:
+    loop = asyncio.get_running_loop()
+    commit: asyncio.Future[None] = loop.create_future()
+    handled: list[bytes] = []
+
+    async def dispatch(data: bytes | bytearray, info: ConnectionInfo) -> Deferred | list[Chunk]:
+        name = bytes(data)
+        handled.append(name)
+        if name == b"p1":
+
+            async def answer() -> list[Chunk]:
+                await commit
+                return [frame(b"re:p1")]
+
+            return asyncio.ensure_future(answer())
+        return [frame(b"re:" + name)]
+
+    server, port = await serve_deferring(dispatch)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(frame(b"p1") + frame(b"p2") + frame(b"list-offsets") + frame(b"p3"))
+    await asyncio.sleep(0.1)
+    assert handled == [b"p1", b"p2"], "a request that is not a produce waits for p1's answer"
+    commit.set_result(None)
+    answers = [await read_frame(reader) for _ in range(4)]
+    assert answers == [b"re:p1", b"re:p2", b"re:list-offsets", b"re:p3"]
+    assert handled == [b"p1", b"p2", b"list-offsets", b"p3"]
+    writer.close()
+    server.close()
+
+
+async def test_a_connection_owes_a_bounded_number_of_answers() -> None:
+    loop = asyncio.get_running_loop()
+    release: asyncio.Future[None] = loop.create_future()
+    handled = 0
+
+    async def dispatch(data: bytes | bytearray, info: ConnectionInfo) -> Deferred:
+        nonlocal handled
+        handled += 1
+
+        async def answer() -> list[Chunk]:
+            await release
+            return [frame(bytes(data))]
+
+        return asyncio.ensure_future(answer())
+
+    server, port = await serve_deferring(dispatch)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    count = MAX_DEFERRED_ANSWERS + 5
+    writer.write(b"".join(frame(b"p%d" % i) for i in range(count)))
+    await asyncio.sleep(0.1)
+    assert handled == MAX_DEFERRED_ANSWERS
+    release.set_result(None)
+    assert [await read_frame(reader) for _ in range(count)] == [b"p%d" % i for i in range(count)]
+    writer.close()
+    server.close()
+
+
+async def test_a_refusal_after_a_deferred_answer_closes_the_connection_once_it_is_sent() -> None:
+    loop = asyncio.get_running_loop()
+    commit: asyncio.Future[None] = loop.create_future()
+
+    async def dispatch(data: bytes | bytearray, info: ConnectionInfo) -> Deferred:
+        if bytes(data) == b"p-bad":
+            loop.call_later(0.05, commit.set_result, None)
+            raise CloseConnectionError("acks=0 produce failed")
+
+        async def answer() -> list[Chunk]:
+            await commit
+            return [frame(b"re:" + bytes(data))]
+
+        return asyncio.ensure_future(answer())
+
+    server, port = await serve_deferring(dispatch)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(frame(b"p1") + frame(b"p-bad") + frame(b"p2"))
+    assert await read_frame(reader) == b"re:p1"
+    assert await reader.read() == b""
+    server.close()
+
+
+async def test_a_failed_deferred_answer_closes_the_connection() -> None:
+    async def dispatch(data: bytes | bytearray, info: ConnectionInfo) -> Deferred:
+        async def answer() -> list[Chunk]:
+            raise RuntimeError("the handler broke")
+
+        return asyncio.ensure_future(answer())
+
+    server, port = await serve_deferring(dispatch)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(frame(b"p1"))
+    assert await reader.read() == b""
     server.close()
