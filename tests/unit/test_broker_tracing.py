@@ -10,13 +10,13 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode, get_current_span
+from produce_responses import PRODUCE, produce_response
 from shoal.broker.handlers.base import Later
 from shoal.broker.server.tracing import BrokerTracing
 
 from shoal.tracing import ERROR_TYPE
-from shoal.wire import ErrorCode, RequestHeader, schema
+from shoal.wire import ErrorCode, RequestHeader
 
-PRODUCE = schema(0, 9)
 HEADER = RequestHeader(api_key=0, api_version=9, correlation_id=7, client_id="app")
 
 
@@ -27,21 +27,6 @@ def traced() -> tuple[BrokerTracing, InMemorySpanExporter]:
     return BrokerTracing(provider), exporter
 
 
-def produce_response(code: ErrorCode) -> Any:
-    partition = PRODUCE.make(
-        "PartitionProduceResponse",
-        index=0,
-        error_code=code,
-        base_offset=-1,
-        log_append_time=None,
-        log_start_offset=-1,
-        record_errors=(),
-        error_message=None,
-    )
-    topic = PRODUCE.make("TopicProduceResponse", name="t", partition_responses=(partition,))
-    return PRODUCE.response(responses=(topic,), throttle_time=0)
-
-
 async def test_a_later_answers_span_ends_when_the_answer_comes() -> None:
     tracing, exporter = traced()
     committed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -50,7 +35,7 @@ async def test_a_later_answers_span_ends_when_the_answer_comes() -> None:
     async def wait_for_followers() -> Any:
         await committed
         current_while_waiting.append(get_current_span().get_span_context().span_id)
-        return produce_response(ErrorCode.not_enough_replicas_after_append)
+        return produce_response(("t", [ErrorCode.not_enough_replicas_after_append]))
 
     async def handle() -> Later:
         return Later(wait_for_followers())

@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 import yaml
+from produce_responses import PRODUCE, produce_response
 from prometheus_client import CollectorRegistry, generate_latest
 from shoal.broker.cluster.model import (
     BrokerRegistration,
@@ -43,34 +44,7 @@ from shoal.metrics import (
 from shoal.wire import ErrorCode, schema
 
 E = ErrorCode
-PRODUCE = schema(0, 9)
 FETCH = schema(1, 12)
-
-
-def produce_response(*codes_by_topic: tuple[str, list[ErrorCode]]) -> Any:
-    return PRODUCE.response(
-        responses=tuple(
-            PRODUCE.make(
-                "TopicProduceResponse",
-                name=name,
-                partition_responses=tuple(
-                    PRODUCE.make(
-                        "PartitionProduceResponse",
-                        index=i,
-                        error_code=code,
-                        base_offset=-1,
-                        log_append_time=None,
-                        log_start_offset=-1,
-                        record_errors=(),
-                        error_message=None,
-                    )
-                    for i, code in enumerate(codes)
-                ),
-            )
-            for name, codes in codes_by_topic
-        ),
-        throttle_time=0,
-    )
 
 
 def fetch_response(top: ErrorCode, partitions: list[ErrorCode]) -> Any:

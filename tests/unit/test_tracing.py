@@ -12,6 +12,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 from opentelemetry.trace import StatusCode
+from produce_responses import produce_response
 
 from shoal.tracing import (
     ERROR_TYPE,
@@ -21,7 +22,7 @@ from shoal.tracing import (
     response_error,
     tracer_provider,
 )
-from shoal.wire import ErrorCode, schema
+from shoal.wire import ErrorCode
 
 _VARIABLES = (
     "OTEL_EXPORTER_OTLP_ENDPOINT",
@@ -92,29 +93,10 @@ def test_the_sdk_disabled_means_no_provider(environ: pytest.MonkeyPatch) -> None
     assert tracer_provider(GATEWAY_SERVICE, "gw-1") is None
 
 
-def _produce_response(*codes: ErrorCode) -> object:
-    api = schema(0, 9)
-    partitions = tuple(
-        api.make(
-            "PartitionProduceResponse",
-            index=i,
-            error_code=code,
-            base_offset=-1,
-            log_append_time=None,
-            log_start_offset=-1,
-            record_errors=(),
-            error_message=None,
-        )
-        for i, code in enumerate(codes)
-    )
-    topic = api.make("TopicProduceResponse", name="t", partition_responses=partitions)
-    return api.response(responses=(topic,), throttle_time=0)
-
-
 def test_a_partitions_error_is_the_responses_error() -> None:
-    failed = _produce_response(ErrorCode.none, ErrorCode.not_leader_or_follower)
+    failed = produce_response(("t", [ErrorCode.none, ErrorCode.not_leader_or_follower]))
     assert response_error(failed) == ErrorCode.not_leader_or_follower
-    assert response_error(_produce_response(ErrorCode.none)) is None
+    assert response_error(produce_response(("t", [ErrorCode.none]))) is None
 
 
 def test_the_span_records_the_error_by_kafkas_name() -> None:
@@ -123,9 +105,9 @@ def test_the_span_records_the_error_by_kafkas_name() -> None:
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     tracer = provider.get_tracer("test")
     with tracer.start_as_current_span("ok") as span:
-        record_response(span, _produce_response(ErrorCode.none))
+        record_response(span, produce_response(("t", [ErrorCode.none])))
     with tracer.start_as_current_span("failed") as span:
-        record_response(span, _produce_response(ErrorCode.topic_authorization_failed))
+        record_response(span, produce_response(("t", [ErrorCode.topic_authorization_failed])))
     ok, failed = exporter.get_finished_spans()
     assert ok.attributes is not None and failed.attributes is not None
     assert ok.attributes[RPC_RESPONSE_STATUS_CODE] == "NONE"
