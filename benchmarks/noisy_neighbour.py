@@ -28,7 +28,9 @@ medians over the runs are printed with the spread of the victim's p99 alone
 ratios to the p99 alone, the machine's load average in each phase, the
 cores the servers used in it (the brokers, the gateway and etcd, from /proc:
 what each flood costs the cluster, where the load also counts the clients), and the
-limits from ``../shared/tools/limits`` measured in the same invocation. The
+limits from ``../shared/tools/limits`` measured in the same invocation, and
+per phase the machine's longest pause (a sleeping thread of the benchmark
+waking late: :class:`MachinePauses`) and the cores its host stole. The
 goal (issue 26): beside the throttled aggressor and after it, the victim's
 p99 within 1.5 times its p99 alone. The JSON lands in ``benchmarks/results/``.
 
@@ -49,10 +51,11 @@ import shutil
 import statistics
 import struct
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -76,6 +79,8 @@ SETTLE_S = 1.0
 BETWEEN_RUNS_S = 10.0
 """A run ends beside the unthrottled flood's backlog, still draining for seconds: the next
 run's victim alone must not be measured beside it (one run's p99 alone was 90 ms, not 13)."""
+PAUSE_REPORT_MS = 20.0
+"""A sleeping thread's wake-up this late or later is a pause of the machine."""
 QUEUE_FULL_WAIT_S = 0.01
 """How long a flooding producer whose queue is full waits for a delivery before trying again."""
 
@@ -195,6 +200,53 @@ class Phase:
     server_cores: float
     """Cores the brokers, the gateway and etcd used over the phase."""
     gateway_cores: float
+    machine_pause_ms: float
+    """The longest a sleeping thread of the benchmark woke late in the phase
+    (:class:`MachinePauses`)."""
+    steal_cores: float
+    """Cores the host took from the machine over the phase."""
+
+
+class MachinePauses:
+    """How late a thread that only sleeps wakes, and the hypervisor's steal time.
+
+    A thread of this process sleeps 10 ms at a time and notes each wake-up
+    :data:`PAUSE_REPORT_MS` or more late. Nothing of the cluster runs in it, so
+    a late wake-up is the machine's: a CPU too crowded to run it, or the virtual
+    machine paused by its host (seen as every process here, servers and clients,
+    waking 70-85 ms late at the same instant at a load of 1.4 on two cores). A
+    victim's p99 is its ninth-worst record in a phase, so one such pause sets it;
+    ``steal`` (from /proc/stat) says how much of the phase the host took."""
+
+    TICK_S: Final = 0.01
+
+    def __init__(self) -> None:
+        self.late: list[tuple[float, float]] = []
+        """(wall time, ms late) of each late wake-up."""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="machine-pauses", daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        while not self._stop.is_set():
+            began = time.perf_counter()
+            time.sleep(self.TICK_S)
+            late_ms = (time.perf_counter() - began - self.TICK_S) * 1000
+            if late_ms >= PAUSE_REPORT_MS:
+                self.late.append((time.time(), late_ms))
+
+    def longest_ms(self, start: float, end: float) -> float:
+        return max((ms for at, ms in self.late if start <= at < end), default=0.0)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def steal_seconds() -> float:
+    """CPU time the host took from this virtual machine, all CPUs, since boot."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+    return int(fields[8]) / os.sysconf("SC_CLK_TCK") if len(fields) > 8 else 0.0
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -209,9 +261,10 @@ def one_run(
     root: Path,
     index: int,
     servers: dict[str, int],
+    pauses: MachinePauses,
 ) -> list[Phase]:
     """One run of the five phases; ``servers`` names the cluster's processes (their pids),
-    whose CPU each phase reports."""
+    whose CPU each phase reports, and ``pauses`` the machine's pauses."""
     context = multiprocessing.get_context("spawn")
     acks_path, e2e_path = root / f"victim-acks-{index}.txt", root / f"victim-e2e-{index}.txt"
     stop_victim = context.Event()
@@ -245,14 +298,17 @@ def one_run(
     time.sleep(3)  # connected, the consumer's group joined
     bounds: list[tuple[str, float, float, float]] = []
     cores: list[dict[str, float]] = []
+    steal: list[float] = []
     for name in PHASES:
         flood = floods.get(name)
         if flood is not None:
             flood[0].set()
         start = time.time()
         meter = CpuMeter(servers)
+        stolen = steal_seconds()
         time.sleep(args.phase_seconds)
         cores.append(meter.lap())
+        steal.append((steal_seconds() - stolen) / (time.time() - start))
         bounds.append((name, start + SETTLE_S, time.time(), os.getloadavg()[0]))
         if flood is not None:
             flood[1].set()
@@ -267,7 +323,7 @@ def one_run(
     ack_rows = _samples(acks_path)
     e2e_rows = _samples(e2e_path)
     phases = []
-    for (name, start, end, load), used in zip(bounds, cores, strict=True):
+    for (name, start, end, load), used, stolen in zip(bounds, cores, steal, strict=True):
         acks = [ms for sent, ms in ack_rows if start <= sent < end]
         e2e = [ms for sent, ms in e2e_rows if start <= sent < end]
         phases.append(
@@ -281,6 +337,8 @@ def one_run(
                 load,
                 sum(used.values()),
                 used["gateway"],
+                pauses.longest_ms(start, end),
+                stolen,
             )
         )
     return phases
@@ -334,11 +392,15 @@ def main() -> None:
                 servers = {f"broker-{i}": cluster.pid(i) for i in range(args.brokers)}
                 servers |= {"etcd": cluster.etcd.pid, "gateway": gw.pid}
                 time.sleep(2)  # the gateway's tenancy poll sees the quotas
-                for run in range(args.runs):
-                    if run:
-                        time.sleep(BETWEEN_RUNS_S)
-                    runs.append(one_run(gw.bootstrap, keys, args, root, run, servers))
-                    print(f"run {run}: {[vars(p) for p in runs[-1]]}", flush=True)
+                pauses = MachinePauses()
+                try:
+                    for run in range(args.runs):
+                        if run:
+                            time.sleep(BETWEEN_RUNS_S)
+                        runs.append(one_run(gw.bootstrap, keys, args, root, run, servers, pauses))
+                        print(f"run {run}: {[vars(p) for p in runs[-1]]}", flush=True)
+                finally:
+                    pauses.stop()
     except BaseException:
         keep = True
         raise
@@ -364,15 +426,18 @@ def report(runs: list[list[Phase]], limits: dict[str, float], settings: dict[str
                 "load_average",
                 "server_cores",
                 "gateway_cores",
+                "machine_pause_ms",
+                "steal_cores",
             )
         }
     alone = [run[0].e2e_p99_ms for run in runs]
     base = medians["alone"]["e2e_p99_ms"]
     print("\nvictim, medians over", len(runs), "runs (ms):")
     header = (
-        "phase", "produce p50", "p99", "e2e p50", "p99", "p99/alone", "load", "servers", "gateway"
+        "phase", "produce p50", "p99", "e2e p50", "p99", "p99/alone", "load", "servers",
+        "gateway", "pause", "steal",
     )  # fmt: skip
-    widths = (20, 12, 8, 9, 8, 10, 6, 8, 8)
+    widths = (20, 12, 8, 9, 8, 10, 6, 8, 8, 7, 6)
     print(
         " ".join(
             f"{h:{'<' if i == 0 else '>'}{w}}"
@@ -384,8 +449,13 @@ def report(runs: list[list[Phase]], limits: dict[str, float], settings: dict[str
             f"{name:20} {m['produce_p50_ms']:12.1f} {m['produce_p99_ms']:8.1f}"
             f" {m['e2e_p50_ms']:9.1f} {m['e2e_p99_ms']:8.1f} {m['e2e_p99_ms'] / base:10.2f}"
             f" {m['load_average']:6.2f} {m['server_cores']:8.2f} {m['gateway_cores']:8.2f}"
+            f" {m['machine_pause_ms']:7.0f} {m['steal_cores']:6.3f}"
         )
     print(f"victim e2e p99 alone over the runs: {min(alone):.1f} to {max(alone):.1f} ms")
+    print(
+        "each run alone, e2e p99 ms (the machine's longest pause in the phase, ms):",
+        ", ".join(f"{run[0].e2e_p99_ms:.1f} ({run[0].machine_pause_ms:.0f})" for run in runs),
+    )
     if limits:
         print("machine limits:", {k: round(v, 2) for k, v in limits.items()})
     document = {
