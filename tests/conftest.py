@@ -17,6 +17,19 @@ import pytest
 from harness import SHORT_LIVED_SPARK_JVM, BrokerProcess, EtcdServer, start_all
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """The property tests check decisions, not speed, and run beside the integration
+    tests on two cores: Hypothesis's 200 ms deadline per example then measures the
+    machine's load (one ACL example took 602 ms in a rehearsal, 0.8 ms when rerun).
+
+    Imported here, in pytest's processes only: the tests' child processes import this
+    module too (``from conftest import ...``) and have no Hypothesis."""
+    from hypothesis import settings
+
+    settings.register_profile("shoal", deadline=None)
+    settings.load_profile("shoal")
+
+
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Any:
     report = yield
