@@ -178,9 +178,7 @@ class Broker:
             cache.add_listener(lambda _image: groups.on_partitions_changed())
             cache.add_listener(lambda _image: transactions.on_partitions_changed())
             cache.add_listener(controller.on_image)
-            following = asyncio.create_task(
-                _follow(images, cache, replicas), name="metadata-follow"
-            )
+            following = asyncio.create_task(_follow(images, cache), name="metadata-follow")
             logs.start()
             groups.start()
             transactions.start()
@@ -428,9 +426,6 @@ def _topics_view(cache: MetadataCache) -> TopicsView:
     return topics
 
 
-async def _follow(
-    images: AsyncIterator[ClusterImage], cache: MetadataCache, replicas: ReplicaManager
-) -> None:
+async def _follow(images: AsyncIterator[ClusterImage], cache: MetadataCache) -> None:
     async for image in images:
-        await replicas.create_logs(image)
         cache.publish(image)

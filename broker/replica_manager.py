@@ -23,7 +23,7 @@ from typing import Final
 
 from shoal.broker.cluster.model import ClusterImage, NodeId, PartitionState, TopicImage
 from shoal.broker.log.config import LogConfig
-from shoal.broker.log.manager import LogManager, NewLog
+from shoal.broker.log.manager import LogManager
 from shoal.broker.partition import Partition
 from shoal.broker.replication.alter_partition import AlterPartitionSender
 from shoal.broker.replication.fetcher import FetcherSettings, ReplicaFetcherManager
@@ -98,35 +98,6 @@ class ReplicaManager:
             return
         for name in before.keys() - image.topics.keys():
             self._drop_topic(name)
-
-    async def create_logs(self, image: ClusterImage) -> None:
-        """Create the logs of the partitions ``image`` newly assigns here, before it is
-        applied (:meth:`LogManager.create_in_thread`), so that applying it makes no
-        files for them on the event loop."""
-        before = self.image.topics if self.image is not None else {}
-        wanted = []
-        for name, topic in image.topics.items():
-            record = topic.record
-            previous = before.get(name)
-            if previous is not None and previous.record is record:
-                continue  # no partition added, nor a topic of the same name recreated
-            on_disk = self.logs.topic_id_on_disk(name)
-            if on_disk is not None and on_disk != record.topic_id:
-                continue  # applying the image removes the old topic's logs first
-            config: LogConfig | None = None
-            for index, replicas in enumerate(record.assignment):
-                state = topic.partitions.get(index)
-                if (
-                    self.node_id not in replicas
-                    or state is None
-                    or (name, index) in self.partitions
-                ):
-                    continue
-                config = config or self.log_config(topic)
-                epoch = state.leader_epoch if state.leader == self.node_id else None
-                wanted.append(NewLog(name, index, record.topic_id, config, epoch))
-        if wanted:
-            await self.logs.create_in_thread(wanted)
 
     def _apply_topic(self, name: str, topic: TopicImage, previous: TopicImage | None) -> None:
         record = topic.record

@@ -64,26 +64,6 @@ _DESTROY_RETRY_S: Final = 0.05
 TopicPartition = tuple[str, int]
 
 
-@dataclass(frozen=True, slots=True)
-class NewLog:
-    """A log to create. ``leader_epoch``: this broker leads it from the start, in that
-    epoch, which the log's epoch cache is given at once (as becoming leader would)."""
-
-    topic: str
-    partition: int
-    topic_id: uuid.UUID
-    config: LogConfig
-    leader_epoch: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class CreatedLog:
-    topic: str
-    partition: int
-    topic_id: uuid.UUID
-    log: Log
-
-
 class DataDirError(Exception):
     """The data directory belongs to another node or cluster."""
 
@@ -228,63 +208,20 @@ class LogManager:
     def get_or_create(
         self, topic: str, partition: int, topic_id: uuid.UUID, config: LogConfig
     ) -> Log:
-        existing = self.logs.get((topic, partition))
+        tp = (topic, partition)
+        existing = self.logs.get(tp)
         if existing is not None:
             return existing
-        created = self._create(NewLog(topic, partition, topic_id, config))
-        self.adopt([created])
-        return created.log
-
-    async def create_in_thread(self, wanted: list[NewLog]) -> None:
-        """Create the logs in ``wanted`` that do not exist yet, their files made in a
-        worker thread, and adopt them.
-
-        A new log is a directory, a metadata file, a segment with its indexes and a
-        leader-epoch checkpoint (fsynced with its directory): a few milliseconds of
-        file system calls each, so a topic of 200 partitions stopped every
-        broker's event loop, and every tenant's requests on it, for 198-465 ms.
-        Nothing can use a log before it is adopted, so it may be made elsewhere.
-        One that fails here is left to :meth:`get_or_create`, which fails as it
-        always has."""
-        fresh = [new for new in wanted if (new.topic, new.partition) not in self.logs]
-        if fresh:
-            self.adopt(await asyncio.to_thread(self._create_each, fresh))
-
-    def _create_each(self, wanted: list[NewLog]) -> list[CreatedLog]:
-        created = []
-        for new in wanted:
-            try:
-                created.append(self._create(new))
-            except OSError as exc:
-                log.warning(
-                    "event=log_create_deferred topic=%s partition=%d error=%s",
-                    new.topic,
-                    new.partition,
-                    exc,
-                )
-        return created
-
-    def _create(self, new: NewLog) -> CreatedLog:
-        """A new log's files; touches nothing of this manager's state, so it may run in
-        a thread."""
-        path = self.data_dir / partition_dir_name(new.topic, new.partition)
+        path = self.data_dir / partition_dir_name(topic, partition)
         path.mkdir(parents=True, exist_ok=True)
-        (path / PARTITION_METADATA).write_text(f"version: 0\ntopic_id: {new.topic_id}\n")
-        created = Log(path, new.config, 0, True, self.clock, on_storage_failure=self.storage_failed)
-        if new.leader_epoch is not None:
-            created.epochs.assign(new.leader_epoch, created.log_end_offset)
-        log.info("event=log_created topic=%s partition=%d", new.topic, new.partition)
-        return CreatedLog(new.topic, new.partition, new.topic_id, created)
-
-    def adopt(self, created: list[CreatedLog]) -> None:
-        for new in created:
-            if (new.topic, new.partition) in self.logs:  # made meanwhile: keep that one
-                new.log.close()
-                continue
-            new.log.offline = self.offline.is_set()
-            self.logs[(new.topic, new.partition)] = new.log
-            self.cleaner.watch((new.topic, new.partition), new.log)
-            self._topic_ids[new.topic] = new.topic_id
+        (path / PARTITION_METADATA).write_text(f"version: 0\ntopic_id: {topic_id}\n")
+        created = Log(path, config, 0, True, self.clock, on_storage_failure=self.storage_failed)
+        created.offline = self.offline.is_set()
+        self.logs[tp] = created
+        self.cleaner.watch(tp, created)
+        self._topic_ids[topic] = topic_id
+        log.info("event=log_created topic=%s partition=%d", topic, partition)
+        return created
 
     def delete(self, topic: str, partition: int) -> None:
         """Close the log and move its directory aside; the files go in the background."""

@@ -9,7 +9,6 @@ deleted and recreated topics.
 
 from __future__ import annotations
 
-import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -19,8 +18,7 @@ from typing import Any
 import pytest
 from shoal.broker.cluster.etcd_store import ImageBuilder
 from shoal.broker.cluster.model import ClusterImage, NodeId, PartitionState, TopicRecord
-from shoal.broker.log.epochs import LeaderEpochCache
-from shoal.broker.log.manager import CreatedLog, LogManager, NewLog
+from shoal.broker.log.manager import LogManager
 from shoal.broker.partition import Partition
 from shoal.broker.replica_manager import ReplicaManager
 
@@ -159,106 +157,3 @@ async def test_a_topic_made_again_under_its_name_starts_from_empty_logs(
     assert new is not old
     assert new.topic_id == made_again.topic_id
     assert new.log.log_end_offset == 0
-
-
-@pytest.fixture
-def log_threads(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
-    """(what, thread name) of every log created and every epoch checkpoint written."""
-    seen: list[tuple[str, str]] = []
-    create = LogManager._create
-    save = LeaderEpochCache._save
-
-    def creating(self: LogManager, new: NewLog) -> CreatedLog:
-        seen.append(("create", threading.current_thread().name))
-        return create(self, new)
-
-    def saving(self: LeaderEpochCache) -> None:
-        seen.append(("epochs", threading.current_thread().name))
-        save(self)
-
-    monkeypatch.setattr(LogManager, "_create", creating)
-    monkeypatch.setattr(LeaderEpochCache, "_save", saving)
-    return seen
-
-
-async def test_a_new_topics_logs_are_made_off_the_event_loop_before_its_image_applies(
-    store: Store, replicas: ReplicaManager, log_threads: list[tuple[str, str]]
-) -> None:
-    store.topic("t", [ALL] * 4)
-    store.state("t", 2, PartitionState(ME, 3, ALL))  # this broker leads one, in epoch 3
-    image = store.image()
-    await replicas.create_logs(image)
-    assert set(replicas.logs.logs) == {("t", 0), ("t", 1), ("t", 2), ("t", 3)}
-    made = dict(replicas.logs.logs)
-    assert replicas.logs.logs["t", 2].epochs.entries == [(3, 0)]
-    assert replicas.logs.logs["t", 0].epochs.entries == []
-
-    replicas.apply(image)
-    assert {tp: p.log for tp, p in replicas.partitions.items()} == made
-    assert replicas.partitions["t", 2].is_leader
-    assert replicas.partitions["t", 2].log.epochs.entries == [(3, 0)]
-    main = threading.current_thread().name
-    assert sorted(what for what, _ in log_threads) == ["create"] * 4 + ["epochs"]
-    assert all(thread != main for _, thread in log_threads), log_threads
-
-    # Nothing new in the next image: nothing to make.
-    log_threads.clear()
-    await replicas.create_logs(store.image())
-    assert log_threads == []
-
-
-async def test_partitions_added_to_a_topic_are_made_off_the_loop_and_the_others_kept(
-    store: Store, replicas: ReplicaManager, log_threads: list[tuple[str, str]]
-) -> None:
-    record = store.topic("t", [ALL])
-    await replicas.create_logs(store.image())
-    replicas.apply(store.image())
-    first = replicas.partitions["t", 0]
-    log_threads.clear()
-
-    grown = TopicRecord("t", record.topic_id, (ALL, ALL))
-    store._put(b"topics/t", grown.to_json())
-    store.state("t", 1, PartitionState(LEADER, 0, ALL))
-    await replicas.create_logs(store.image())
-    replicas.apply(store.image())
-    assert replicas.partitions["t", 0] is first
-    assert set(replicas.partitions) == {("t", 0), ("t", 1)}
-    main = threading.current_thread().name
-    assert [what for what, thread in log_threads if thread != main] == ["create"]
-
-
-async def test_a_topic_made_again_is_left_to_the_image_which_removes_the_old_logs_first(
-    store: Store, replicas: ReplicaManager, helpers: Any
-) -> None:
-    store.topic("t", [ALL])
-    await replicas.create_logs(store.image())
-    replicas.apply(store.image())
-    old = replicas.partitions["t", 0]
-    old.log.append_as_leader(helpers.make_batch(), leader_epoch=0)
-
-    made_again = store.topic("t", [ALL])
-    await replicas.create_logs(store.image())
-    assert replicas.logs.logs["t", 0] is old.log  # not made beside the old one
-    replicas.apply(store.image())
-    new = replicas.partitions["t", 0]
-    assert new.topic_id == made_again.topic_id
-    assert new.log.log_end_offset == 0
-
-
-async def test_a_log_that_cannot_be_made_in_the_thread_is_made_when_the_image_applies(
-    store: Store, replicas: ReplicaManager, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    create = LogManager._create
-    main = threading.current_thread()
-
-    def failing_off_the_loop(self: LogManager, new: NewLog) -> CreatedLog:
-        if threading.current_thread() is not main:
-            raise OSError(28, "No space left on device")
-        return create(self, new)
-
-    monkeypatch.setattr(LogManager, "_create", failing_off_the_loop)
-    store.topic("t", [ALL])
-    await replicas.create_logs(store.image())
-    assert replicas.logs.logs == {}
-    replicas.apply(store.image())
-    assert set(replicas.logs.logs) == {("t", 0)}
